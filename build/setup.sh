@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One-time set-up, safe to rerun (a second run is a fast no-op):
+#   1. a project-local virtualenv (.venv) with the pinned Python dependencies;
+#   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector + Delta,
+#      and an Apache Kafka broker), so nothing is downloaded at run time;
+#   3. a local Airflow home (.airflow) with its SQLite metadata database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- 1. Python ----------------------------------------------------------------------------
+req_hash=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
+  say "creating .venv and installing pinned dependencies (a few minutes the first time)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "$req_hash" > .venv/.installed
+fi
+
+# --- 2. JVM jars ---------------------------------------------------------------------------
+resolve() {  # resolve <pom dir> <target dir>
+  local pom=build/$1/pom.xml out=.cache/jars/$2
+  local h; h=$(sha256sum "$pom" | cut -c1-16)
+  if [ -f "$out/.resolved" ] && [ "$(cat "$out/.resolved")" = "$h" ]; then return; fi
+  say "resolving $1 jars from Maven Central into $out"
+  rm -rf "$out" && mkdir -p "$out"
+  mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime
+  echo "$h" > "$out/.resolved"
+}
+resolve kafka kafka
+resolve spark spark-all
+if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved; then
+  # Spark gets only the jars pyspark does not ship itself: two versions of one library on
+  # the classpath (scala-library, hadoop, jackson, ...) break it in subtle ways.
+  say "selecting the connector jars pyspark lacks into .cache/jars/spark"
+  rm -rf .cache/jars/spark && mkdir -p .cache/jars/spark
+  pyspark_jars=$(.venv/bin/python -c "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
+  for jar in .cache/jars/spark-all/*.jar; do
+    artifact=$(basename "$jar" .jar | sed -E 's/-[0-9][0-9.]*(-[0-9]+)?$//')
+    ls "$pyspark_jars" | grep -qE "^${artifact}-[0-9]" || cp "$jar" .cache/jars/spark/
+  done
+  cp .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved
+fi
+
+# --- 3. Airflow ------------------------------------------------------------------------------
+if [ ! -f .airflow/airflow.db ]; then
+  say "initialising the local Airflow metadata database (.airflow/airflow.db)"
+  mkdir -p .airflow
+  . build/airflow_env.sh
+  .venv/bin/airflow db migrate >/dev/null
+fi
+say "ready"

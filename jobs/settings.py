@@ -1,0 +1,89 @@
+"""Where things run and live: storage root, Spark master, Kafka bootstrap servers, local caches.
+
+Resolved in this order (later wins): built-in defaults (the embedded, single-machine setup),
+a YAML config file (``$JOINSHIFT_CONFIG`` or ``joinshift.yaml`` in the project root), then
+environment variables ``JOINSHIFT_<FIELD>`` (e.g. ``JOINSHIFT_SPARK_MASTER=spark://host:7077``).
+The same code then runs on a cluster by changing configuration only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Root for Delta tables, checkpoints, reports and progress logs (a local path or a URI).
+    storage_root: str = str(PROJECT_ROOT / "var" / "storage")
+    #: Spark master URL; ``local[*]`` by default.
+    spark_master: str = "local[*]"
+    #: Kafka bootstrap servers; empty means "the embedded broker this project starts".
+    kafka_bootstrap: str = ""
+    #: Embedded broker's data, config and logs.
+    kafka_home: str = str(PROJECT_ROOT / "var" / "kafka")
+    #: JVM jars resolved once by set-up (Spark connectors, the Kafka broker).
+    jar_cache: str = str(PROJECT_ROOT / ".cache" / "jars")
+    #: Logs of the embedded services and jobs.
+    log_dir: str = str(PROJECT_ROOT / "var" / "logs")
+    #: Spark driver memory for local runs.
+    spark_driver_memory: str = "4g"
+    #: Extra Spark conf, ``{key: value}`` (config file only).
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    def path(self, *parts: str) -> str:
+        """A location under the storage root."""
+        return "/".join([self.storage_root.rstrip("/"), *parts])
+
+    def table_path(self, pipeline: str, table: str) -> str:
+        return self.path("tables", pipeline, table)
+
+    def checkpoint_path(self, pipeline: str, query: str) -> str:
+        return self.path("checkpoints", pipeline, query)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _config_file() -> Path | None:
+    explicit = os.environ.get("JOINSHIFT_CONFIG")
+    if explicit:
+        p = Path(explicit)
+        if not p.is_file():
+            raise FileNotFoundError(f"JOINSHIFT_CONFIG points to {p}, which does not exist")
+        return p
+    default = PROJECT_ROOT / "joinshift.yaml"
+    return default if default.is_file() else None
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    """Defaults, then the config file, then ``JOINSHIFT_*`` environment variables."""
+    env = dict(os.environ if env is None else env)
+    values: dict[str, object] = {}
+    cfg = _config_file()
+    if cfg is not None:
+        data = yaml.safe_load(cfg.read_text()) or {}
+        unknown = set(data) - set(_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}"
+            )
+        values.update(data)
+    for name in _FIELDS:
+        key = f"JOINSHIFT_{name.upper()}"
+        if key in env and name != "spark_conf":
+            values[name] = env[key]
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return load_settings()

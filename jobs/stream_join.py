@@ -1,0 +1,207 @@
+"""The streaming replacement: a Spark Structured Streaming event-time interval join from Kafka.
+
+``l.key = r.key AND r.t BETWEEN l.t + lower AND l.t + upper`` with each side's watermark from the
+spec, inner or left outer, into a Delta table partitioned by the left event's *arrival* ds (what
+the landing job assigns), so stream and batch are compared on the same left population.
+
+Exactly-once into Delta: each micro-batch is written by an insert-only MERGE keyed by the output
+rows (left id, right id) — or by left id for 1-to-1, which keeps the first-arrived match — so a
+micro-batch replayed after a crash, or rows a fresh checkpoint recomputes, never duplicate.
+
+Two run modes from the same code::
+
+    python -m jobs.stream_join --spec include/specs/search_sessions.yaml --available-now   # increments
+    python -m jobs.stream_join --spec include/specs/search_sessions.yaml                   # continuous
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from jobs import delta_io
+from jobs.batch_join import col_name, first_arrived, key_condition, output_columns, prefixed, window_condition
+from jobs.records import ARRIVAL_TIME, good_events, parse_records, quarantine_rows
+from jobs.settings import Settings
+from jobs.spec import Cardinality, JoinSpec, JoinType, format_duration, load_spec
+from jobs.tables import Tables
+
+log = logging.getLogger("joinshift.stream")
+
+JOIN_QUERY, QUARANTINE_QUERY = "stream_join", "stream_quarantine"
+
+
+# ---------------------------------------------------------------- pure core
+
+def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Typed left/right event streams -> output rows (same columns as the batch variants).
+
+    Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
+    """
+    lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
+    lw = prefixed(left, spec, "left").withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
+    rw = prefixed(right, spec, "right").withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
+    how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
+    return lw.join(rw, key_condition(spec) & window_condition(spec), how).select(*output_columns(spec))
+
+
+def output_keys(spec: JoinSpec) -> list[str]:
+    """What makes an output row unique: the pair, or the left event alone for 1-to-1."""
+    left_id = col_name("left", spec.left.id)
+    if spec.join.cardinality == Cardinality.one_to_one:
+        return [left_id]
+    return [left_id, col_name("right", spec.right.id)]
+
+
+def select_batch_rows(batch: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Within one micro-batch, 1-to-1 keeps each left event's first-arrived match."""
+    if spec.join.cardinality == Cardinality.one_to_one:
+        return first_arrived(batch, spec)
+    return batch
+
+
+# ---------------------------------------------------------------- I/O shell
+
+def read_kafka_stream(spark: SparkSession, bootstrap: str, topic: str,
+                      max_offsets_per_trigger: int | None = None,
+                      starting_offsets: str = "earliest") -> DataFrame:
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()
+
+
+class ProgressRecorder(StreamingQueryListener):
+    """Appends every micro-batch's progress (rates, state rows and memory, watermark, rows dropped
+    by the watermark, source offsets) as a JSON line, the record restart tooling and reports read."""
+
+    def __init__(self, paths: dict[str, str]):
+        self._paths = paths  # query name -> jsonl path
+        self._lock = threading.Lock()
+        for p in paths.values():
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 (Spark's callback names)
+        pass
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        p = event.progress
+        path = self._paths.get(p.name or "")
+        if path:
+            with self._lock, open(path, "a") as f:
+                f.write(p.json.replace("\n", " ") + "\n")
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        if event.exception:
+            log.error("streaming query %s failed: %s", event.id, event.exception)
+
+
+def read_progress(path: str) -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
+                         s: Settings | None = None, available_now: bool = False,
+                         trigger_interval: str | None = None,
+                         on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, StreamingQuery]:
+    """Start the join query and the quarantine query from their checkpoints; return both."""
+    tables = Tables.of(spec, s)
+    recorder = ProgressRecorder({JOIN_QUERY: tables.progress_log(JOIN_QUERY),
+                                 QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)})
+    spark.streams.addListener(recorder)
+    spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
+    limit = spec.streaming.max_offsets_per_trigger
+
+    parsed = {side: parse_records(read_kafka_stream(spark, bootstrap, spec.side(side).topic, limit),
+                                  spec.side(side), spec) for side in ("left", "right")}
+    joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
+    out_path, keys = tables.output("stream"), output_keys(spec)
+
+    def write_join_batch(batch: DataFrame, batch_id: int) -> None:
+        delta_io.insert_new(select_batch_rows(batch, spec), out_path, keys)
+        if on_batch:
+            on_batch(batch_id)
+
+    def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
+        delta_io.insert_new(batch, tables.quarantine, ["stage", "topic", "partition", "offset"])
+
+    bad = quarantine_rows(parsed["left"], spec.left, "stream").unionByName(
+        quarantine_rows(parsed["right"], spec.right, "stream"))
+
+    def trigger(w):
+        if available_now:
+            return w.trigger(availableNow=True)
+        interval = trigger_interval or f"{int(spec.streaming.trigger_interval.total_seconds())} seconds"
+        return w.trigger(processingTime=interval)
+
+    join_q = trigger(
+        joined.writeStream.queryName(JOIN_QUERY).outputMode("append")
+        .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
+        .foreachBatch(write_join_batch)
+    ).start()
+    quarantine_q = trigger(
+        bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
+        .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY))
+        .foreachBatch(write_quarantine_batch)
+    ).start()
+    log.info("streaming join %s started (%s), window %s, checkpoint %s", spec.pipeline,
+             "availableNow" if available_now else "continuous", spec.window.label(), tables.checkpoint(JOIN_QUERY))
+    return join_q, quarantine_q
+
+
+def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None) -> dict:
+    """One ``availableNow`` increment (what Airflow schedules every few minutes)."""
+    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
+    for q in queries:
+        q.awaitTermination()
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.stream_join", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="join spec YAML")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what is in Kafka now, then stop (an increment); default: run continuously")
+    p.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
+    args = p.parse_args(argv)
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.spark_session import get_spark
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec = load_spec(args.spec)
+    spark = get_spark("joinshift-stream-join")
+    bootstrap = bootstrap_servers()
+    if args.available_now:
+        print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
+        return 0
+    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, trigger_interval=args.trigger_interval)
+    spark.streams.awaitAnyTermination()
+    for q in queries:
+        if q.exception():
+            raise SystemExit(f"streaming query {q.name} failed: {q.exception()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
