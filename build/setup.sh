@@ -51,7 +51,6 @@ fi
 if [ ! -f .airflow/airflow.db ]; then
   say "initialising the local Airflow metadata database (.airflow/airflow.db)"
   mkdir -p .airflow
-  . build/airflow_env.sh
-  .venv/bin/airflow db migrate >/dev/null
+  .venv/bin/joinshift airflow db migrate >/dev/null
 fi
 say "ready"

@@ -229,7 +229,7 @@ class AccuracySpec(_Strict):
 class StreamingOptions(_Strict):
     trigger_interval: Duration = Field(default=timedelta(minutes=1))
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
-    shuffle_partitions: int = Field(default=4, gt=0)
+    shuffle_partitions: int = Field(default=2, gt=0, description="state partitions; fixed once a checkpoint exists")
 
 
 class JoinSpec(_Strict):

@@ -70,6 +70,46 @@ def select_batch_rows(batch: DataFrame, spec: JoinSpec) -> DataFrame:
 
 # ---------------------------------------------------------------- I/O shell
 
+class JoinSink:
+    """``foreachBatch`` writer of the join output, exactly once.
+
+    1-to-n: a plain Delta append made idempotent by Delta's transaction ids (``txnAppId`` = the
+    query id from the checkpoint, ``txnVersion`` = the batch id): a micro-batch re-run after a
+    crash is skipped by Delta. 1-to-1, or ``dedupe=True`` (a replay from a fresh checkpoint, whose
+    query id is new, over rows an earlier run already wrote): an insert-only MERGE keyed by the
+    output rows, which costs a read of the touched ds partitions per micro-batch.
+    """
+
+    def __init__(self, spec: JoinSpec, tables: Tables, *, dedupe: bool = False,
+                 on_batch: Callable[[int], None] | None = None):
+        self.spec, self.tables, self.on_batch = spec, tables, on_batch
+        self.path, self.keys = tables.output("stream"), output_keys(spec)
+        self.dedupe = dedupe or spec.join.cardinality == Cardinality.one_to_one
+        self._query_id: str | None = None
+
+    def query_id(self, spark: SparkSession) -> str:
+        if self._query_id is None:
+            meta = spark.read.text(self.tables.checkpoint(JOIN_QUERY) + "/metadata").first()
+            self._query_id = json.loads(meta[0])["id"]
+        return self._query_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = select_batch_rows(batch, self.spec).persist()
+        try:
+            if rows.isEmpty():
+                pass  # nothing to write: no empty Delta commit per no-data batch
+            elif self.dedupe:
+                delta_io.insert_new(rows, self.path, self.keys)
+            else:
+                (rows.write.format("delta").mode("append").partitionBy("ds")
+                 .option("txnAppId", self.query_id(batch.sparkSession)).option("txnVersion", batch_id)
+                 .save(self.path))
+        finally:
+            rows.unpersist()
+        if self.on_batch:
+            self.on_batch(batch_id)
+
+
 def read_kafka_stream(spark: SparkSession, bootstrap: str, topic: str,
                       max_offsets_per_trigger: int | None = None,
                       starting_offsets: str = "earliest") -> DataFrame:
@@ -113,6 +153,18 @@ class ProgressRecorder(StreamingQueryListener):
             log.error("streaming query %s failed: %s", event.id, event.exception)
 
 
+_RECORDERS: dict[tuple[int, str], ProgressRecorder] = {}
+
+
+def _ensure_recorder(spark: SparkSession, tables: Tables) -> None:
+    """One listener per session and pipeline, however often queries are (re)started."""
+    key = (id(spark), tables.progress_log(JOIN_QUERY))
+    if key not in _RECORDERS:
+        _RECORDERS[key] = ProgressRecorder({JOIN_QUERY: tables.progress_log(JOIN_QUERY),
+                                            QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)})
+        spark.streams.addListener(_RECORDERS[key])
+
+
 def read_progress(path: str) -> list[dict]:
     p = Path(path)
     if not p.exists():
@@ -122,51 +174,68 @@ def read_progress(path: str) -> list[dict]:
 
 def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          s: Settings | None = None, available_now: bool = False,
-                         trigger_interval: str | None = None,
-                         on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, StreamingQuery]:
-    """Start the join query and the quarantine query from their checkpoints; return both."""
+                         trigger_interval: str | None = None, quarantine: bool = True,
+                         on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
+    """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
-    recorder = ProgressRecorder({JOIN_QUERY: tables.progress_log(JOIN_QUERY),
-                                 QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)})
-    spark.streams.addListener(recorder)
+    _ensure_recorder(spark, tables)
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
     limit = spec.streaming.max_offsets_per_trigger
 
     parsed = {side: parse_records(read_kafka_stream(spark, bootstrap, spec.side(side).topic, limit),
                                   spec.side(side), spec) for side in ("left", "right")}
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
-    out_path, keys = tables.output("stream"), output_keys(spec)
+    sink = JoinSink(spec, tables, on_batch=on_batch)
 
-    def write_join_batch(batch: DataFrame, batch_id: int) -> None:
-        delta_io.insert_new(select_batch_rows(batch, spec), out_path, keys)
-        if on_batch:
-            on_batch(batch_id)
+    queries = [_with_trigger(
+        joined.writeStream.queryName(JOIN_QUERY).outputMode("append")
+        .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
+        .foreachBatch(sink), spec, available_now, trigger_interval
+    ).start()]
+    if quarantine:
+        queries.append(start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=available_now,
+                                        trigger_interval=trigger_interval))
+    log.info("streaming join %s started (%s), window %s, checkpoint %s", spec.pipeline,
+             "availableNow" if available_now else "continuous", spec.window.label(), tables.checkpoint(JOIN_QUERY))
+    return tuple(queries)
+
+
+def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None,
+                     available_now: bool = False, trigger_interval: str | None = None) -> StreamingQuery:
+    """The stream's bad records (both topics) to the quarantine table, keyed by Kafka position."""
+    tables = Tables.of(spec, s)
+    _ensure_recorder(spark, tables)
+    limit = spec.streaming.max_offsets_per_trigger
+    bad = None
+    for side in ("left", "right"):
+        stream = spec.side(side)
+        rows = quarantine_rows(parse_records(read_kafka_stream(spark, bootstrap, stream.topic, limit), stream, spec),
+                               stream, "stream")
+        bad = rows if bad is None else bad.unionByName(rows)
 
     def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
         delta_io.insert_new(batch, tables.quarantine, ["stage", "topic", "partition", "offset"])
 
-    bad = quarantine_rows(parsed["left"], spec.left, "stream").unionByName(
-        quarantine_rows(parsed["right"], spec.right, "stream"))
+    w = (bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
+         .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY)).foreachBatch(write_quarantine_batch))
+    return _with_trigger(w, spec, available_now, trigger_interval).start()
 
-    def trigger(w):
-        if available_now:
-            return w.trigger(availableNow=True)
-        interval = trigger_interval or f"{int(spec.streaming.trigger_interval.total_seconds())} seconds"
-        return w.trigger(processingTime=interval)
 
-    join_q = trigger(
-        joined.writeStream.queryName(JOIN_QUERY).outputMode("append")
-        .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
-        .foreachBatch(write_join_batch)
-    ).start()
-    quarantine_q = trigger(
-        bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
-        .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY))
-        .foreachBatch(write_quarantine_batch)
-    ).start()
-    log.info("streaming join %s started (%s), window %s, checkpoint %s", spec.pipeline,
-             "availableNow" if available_now else "continuous", spec.window.label(), tables.checkpoint(JOIN_QUERY))
-    return join_q, quarantine_q
+def _with_trigger(writer, spec: JoinSpec, available_now: bool, interval: str | None):
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=interval or f"{int(spec.streaming.trigger_interval.total_seconds())} seconds")
+
+
+def stream_watermark(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """The join query's latest event-time watermark (epoch ms), from its progress log."""
+    from datetime import datetime
+
+    for p in reversed(read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))):
+        wm = (p.get("eventTime") or {}).get("watermark")
+        if wm:
+            return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+    return None
 
 
 def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None) -> dict:

@@ -1,0 +1,34 @@
+# joinshift: two commands on a fresh machine.
+#   make demo   set up (once) and run the main job on the embedded default
+#   make test   set up (once) and run the whole test suite
+.PHONY: setup demo test test-fast airflow-ui kafka-start kafka-stop bench clean
+
+VENV := .venv/bin
+
+setup:
+	@bash build/setup.sh
+
+demo: setup
+	$(VENV)/joinshift demo
+
+test: setup
+	$(VENV)/python -m pytest -q
+
+test-fast: setup  ## pure logic only: no broker, no Airflow
+	$(VENV)/python -m pytest -q tests/unit
+
+airflow-ui: setup  ## the Airflow UI on http://localhost:8080 against this project's DAGs
+	$(VENV)/joinshift airflow standalone
+
+kafka-start: setup
+	$(VENV)/joinshift kafka start
+
+kafka-stop: setup
+	$(VENV)/joinshift kafka stop
+
+bench: setup
+	$(VENV)/python -m bench.streaming_throughput
+
+clean:  ## remove generated data (tables, checkpoints, broker data, logs); keeps caches and .venv
+	-$(VENV)/joinshift kafka stop
+	rm -rf var

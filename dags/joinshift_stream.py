@@ -1,0 +1,41 @@
+"""
+### joinshift: streaming join increments
+
+Every few minutes, run the streaming interval join as an `availableNow` increment: read what
+Kafka has beyond the checkpoint, join it, append new rows to the Delta output exactly once,
+stop. Watermarks, state and offsets carry over in the checkpoint between increments.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import Param, dag, task
+
+SPEC = "include/specs/search_sessions.yaml"
+
+
+@dag(
+    dag_id="joinshift_stream",
+    schedule=timedelta(minutes=5),
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["joinshift", "stream"],
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)")},
+    doc_md=__doc__,
+)
+def joinshift_stream():
+    @task
+    def stream_increment(params=None) -> dict:
+        """Process everything available in Kafka, then stop (Spark `availableNow`)."""
+        from jobs import orchestration
+
+        return orchestration.stream_increment(params["spec"])
+
+    stream_increment()
+
+
+joinshift_stream()

@@ -1,0 +1,110 @@
+"""Fail the image build when the Python/JVM stack is not the one the project pins.
+
+Run at the end of include/docker/Dockerfile.airflow; also runs against a local checkout::
+
+    python include/docker/check_image.py --pyproject pyproject.toml --jar-cache .cache/jars
+
+Checks:
+
+* every ``==``-pinned dependency of pyproject.toml is installed at that version (pip may not
+  silently move pyspark, delta-spark, apache-airflow, ... to satisfy a preinstalled provider);
+* nothing that replaces the full pyspark is installed (``pyspark-client``, which
+  apache-airflow-providers-apache-spark 6.x pulls in) and pyspark still has its ``jars/``;
+* ``java`` is a Java 17 runtime (the Spark driver runs in this image);
+* ``<jar_cache>/spark`` has the Kafka connector and Delta, and no second copy of a library
+  pyspark already ships.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+#: Distributions that install their own ``pyspark`` package over the full one.
+FORBIDDEN = ("pyspark-client", "pyspark-connect", "apache-airflow-providers-apache-spark")
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;,]+)\s*$")
+
+
+def artifact(jar_name: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (the rule build/setup.sh uses)."""
+    return re.sub(r"-[0-9][0-9.]*(-[0-9]+)?$", "", jar_name.removesuffix(".jar"))
+
+
+def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
+    problems: list[str] = []
+
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    for dep in deps:
+        m = _PIN.match(dep)
+        if not m:
+            continue
+        name, want = m.groups()
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            problems.append(f"{name}=={want} is pinned but not installed")
+            continue
+        if have != want:
+            problems.append(f"{name} is {have}, pyproject.toml pins {want}")
+
+    for dist in FORBIDDEN:
+        with contextlib.suppress(md.PackageNotFoundError):
+            problems.append(f"{dist} {md.version(dist)} is installed: it overwrites the full pyspark")
+
+    try:
+        import pyspark
+    except ImportError as exc:  # pragma: no cover - reported, not raised
+        problems.append(f"pyspark does not import: {exc}")
+        pyspark_jars: set[str] = set()
+    else:
+        jars_dir = Path(pyspark.__file__).parent / "jars"
+        if not jars_dir.is_dir():
+            problems.append(f"{jars_dir} is missing: this is not the full pyspark distribution")
+            pyspark_jars = set()
+        else:
+            pyspark_jars = {artifact(p.name) for p in jars_dir.glob("*.jar")}
+
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
+    except (OSError, subprocess.CalledProcessError) as exc:
+        problems.append(f"`{java} -version` failed: {exc}")
+    else:
+        if not re.search(r'version "17[."]', out):
+            problems.append(f"java is not Java 17: {out.splitlines()[0] if out else '?'}")
+
+    spark_dir = jar_cache / "spark"
+    names = sorted(p.name for p in spark_dir.glob("*.jar"))
+    for needed in ("spark-sql-kafka-0-10_2.13", "delta-spark_4.2_2.13"):
+        if not any(artifact(n) == needed for n in names):
+            problems.append(f"{spark_dir} has no {needed} jar")
+    dupes = [n for n in names if artifact(n) in pyspark_jars]
+    if dupes:
+        problems.append(f"{spark_dir} repeats libraries pyspark ships: {', '.join(dupes)}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
+    ap.add_argument("--jar-cache", type=Path,
+                    default=Path(os.environ.get("JOINSHIFT_JAR_CACHE", "/opt/joinshift/jars")))
+    ap.add_argument("--java", default=os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+                    if os.environ.get("JAVA_HOME") else "java")
+    args = ap.parse_args(argv)
+    problems = check(args.pyproject, args.jar_cache, args.java)
+    for p in problems:
+        print(f"check_image: {p}", file=sys.stderr)
+    if not problems:
+        print("check_image: ok")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

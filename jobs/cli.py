@@ -1,0 +1,206 @@
+"""``joinshift``: the command line of the product.
+
+Every command takes the join spec (``--spec``, default: the demo's) and reads its environment
+from ``JOINSHIFT_*`` variables or ``joinshift.yaml`` (see ``jobs/settings.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+from jobs.settings import PROJECT_ROOT
+
+DEFAULT_SPEC = "include/specs/search_sessions.yaml"
+DEFAULT_WORKLOAD = "include/workloads/search_sessions.yaml"
+
+log = logging.getLogger("joinshift")
+
+
+def _date(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date; use YYYY-MM-DD") from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return n
+
+
+def _ds_range(args) -> list[date]:
+    if args.to and args.to < args.ds:
+        raise SystemExit(f"joinshift: error: --to ({args.to}) is before --ds ({args.ds})")
+    end = args.to or args.ds
+    return [args.ds + timedelta(days=i) for i in range((end - args.ds).days + 1)]
+
+
+def _load_spec(path: str):
+    from jobs.orchestration import spec_path
+    from jobs.spec import SpecError, load_spec
+
+    try:
+        return load_spec(spec_path(path))
+    except SpecError as exc:
+        raise SystemExit(f"joinshift: {exc}") from None
+
+
+# ------------------------------------------------------------------------------- commands
+
+def cmd_kafka(args) -> int:
+    from jobs import kafka_broker
+
+    return kafka_broker.main([args.action])
+
+
+def cmd_airflow(args) -> int:
+    from jobs.airflow_env import apply_airflow_env
+
+    env = apply_airflow_env()
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    os.execve(airflow, [airflow, *args.airflow_args], env)
+    return 0  # not reached
+
+
+def cmd_land(args) -> int:
+    from jobs.landing import land_day
+    from jobs.spark_session import get_spark
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-land")
+    for ds in _ds_range(args):
+        print(json.dumps(land_day(spark, spec, ds), default=str))
+    return 0
+
+
+def cmd_batch(args) -> int:
+    from jobs.batch_join import run_variant
+    from jobs.spark_session import get_spark
+    from jobs.tables import BATCH_VARIANTS
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-batch")
+    for ds in _ds_range(args):
+        for v in args.variant or BATCH_VARIANTS:
+            print(json.dumps({"ds": str(ds), "variant": v, "rows": run_variant(spark, spec, v, ds)}))
+    return 0
+
+
+def cmd_stream(args) -> int:
+    from jobs import stream_join
+
+    argv = ["--spec", str(args.spec)] + (["--available-now"] if args.available_now else [])
+    return stream_join.main(argv)
+
+
+def cmd_compare(args) -> int:
+    from rich.console import Console
+
+    from jobs.compare import compare_ds, render_table
+    from jobs.spark_session import get_spark
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-compare")
+    rows = [m for ds in _ds_range(args) for m in compare_ds(spark, spec, ds)]
+    Console().print(render_table(rows))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    """Publish a workload to Kafka all at once (no simulated real time)."""
+    from jobs.kafka_broker import bootstrap_servers, create_topic
+    from jobs.workload import generate, load_workload, publish
+
+    spec = _load_spec(args.spec)
+    wl = generate(load_workload(args.workload), spec)
+    bootstrap = bootstrap_servers()
+    for stream in (spec.left, spec.right):
+        create_topic(bootstrap, stream.topic)
+    print(json.dumps(publish(wl.records, bootstrap)))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from jobs.demo import run_demo
+
+    return run_demo(spec_file=args.spec, workload_file=args.workload, slice_minutes=args.slice_minutes,
+                    keep=args.keep)
+
+
+# ------------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    try:
+        from rich_argparse import RawDescriptionRichHelpFormatter as fmt
+    except ImportError:  # pragma: no cover
+        fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(
+        prog="joinshift", formatter_class=fmt,
+        description="Move a daily batch join onto a streaming join, with numbers: run both side by "
+                    "side on Kafka, Spark and Delta, compare match rates and window-boundary deltas.",
+        epilog="Quick start: `joinshift demo` (starts a local Kafka broker, generates two days of "
+               "search sessions, runs batch and streaming joins through Airflow, prints the comparison).",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, func, help: str):
+        sp = sub.add_parser(name, help=help, description=help, formatter_class=fmt)
+        sp.set_defaults(func=func)
+        return sp
+
+    def with_spec(sp):
+        sp.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})")
+        return sp
+
+    def with_ds(sp):
+        sp.add_argument("--ds", type=_date, required=True, help="first ds, YYYY-MM-DD")
+        sp.add_argument("--to", type=_date, help="last ds of a range (inclusive)")
+        return sp
+
+    k = cmd("kafka", cmd_kafka, "start, stop or inspect the embedded Kafka broker (KRaft, loopback)")
+    k.add_argument("action", choices=("start", "stop", "status"))
+
+    a = cmd("airflow", cmd_airflow, "run the `airflow` CLI against this project's local Airflow "
+                                    "(e.g. `joinshift airflow standalone`)")
+    a.add_argument("airflow_args", nargs=argparse.REMAINDER, help="arguments for airflow")
+
+    d = with_spec(cmd("demo", cmd_demo, "the main job: two generated days through batch and streaming "
+                                        "joins side by side, then the comparison"))
+    d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})")
+    d.add_argument("--slice-minutes", type=_positive_int, default=30,
+                   help="simulated minutes of arrivals per streaming micro-batch (default: 30)")
+    d.add_argument("--keep", action="store_true",
+                   help="keep the previous demo's topics and tables instead of starting clean")
+
+    g = with_spec(cmd("generate", cmd_generate, "generate a workload and publish it to Kafka at once"))
+    g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML")
+
+    with_ds(with_spec(cmd("land", cmd_land, "land both topics' ds into the daily Delta tables")))
+    b = with_ds(with_spec(cmd("batch", cmd_batch, "run the batch baselines for a ds (or range)")))
+    b.add_argument("--variant", action="append", choices=("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed"))
+    s = with_spec(cmd("stream", cmd_stream, "run the streaming join (continuous, or one increment)"))
+    s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
+    with_ds(with_spec(cmd("compare", cmd_compare, "match rates and boundary deltas per ds")))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

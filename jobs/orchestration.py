@@ -1,0 +1,127 @@
+"""What Airflow tasks call: one function per task, spec path and ds in, a small summary out.
+
+Each function opens (or reuses) the process's Spark session and returns JSON-friendly dicts,
+which Airflow keeps as XCom and shows in the UI. DAG files stay wiring only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import date, timedelta
+from pathlib import Path
+
+from jobs.settings import PROJECT_ROOT
+from jobs.spec import JoinSpec, load_spec
+
+log = logging.getLogger("joinshift.orchestration")
+
+#: Called with (slices done, slices total, slice end epoch ms) while a simulation runs in this
+#: process; the demo hangs its progress bar here.
+SLICE_LISTENERS: list = []
+
+
+def _utc(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def spec_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def _spec(path: str) -> JoinSpec:
+    return load_spec(spec_path(path))
+
+
+def _spark():
+    from jobs.spark_session import get_spark
+
+    return get_spark("joinshift-airflow")
+
+
+def _ds(ds: str | date) -> date:
+    return ds if isinstance(ds, date) else date.fromisoformat(ds)
+
+
+def land(spec: str, ds: str, side: str) -> dict:
+    from jobs.landing import land_ds
+
+    result = asdict(land_ds(_spark(), _spec(spec), side, _ds(ds)))
+    result["ds"] = str(result["ds"])
+    return result
+
+
+def batch_1d_2d_target(join_spec: JoinSpec, landed: date) -> date:
+    """The left ds whose ``batch_1d_2d`` becomes computable once ``landed`` has landed:
+    the day before when the window reaches into the next day (upper > 0), else the same day."""
+    return landed - timedelta(days=1) if join_spec.window.upper_seconds > 0 else landed
+
+
+def batch(spec: str, ds: str, variant: str) -> dict:
+    """Run one batch variant. ``batch_1d_2d`` runs for the ds its landed neighbour completes."""
+    from jobs import delta_io
+    from jobs.batch_join import run_variant
+    from jobs.tables import Tables
+
+    join_spec, spark = _spec(spec), _spark()
+    target = _ds(ds) if variant != "batch_1d_2d" else batch_1d_2d_target(join_spec, _ds(ds))
+    left = spark.read.format("delta").load(Tables.of(join_spec).landed("left")) \
+        if delta_io.table_exists(spark, Tables.of(join_spec).landed("left")) else None
+    if left is None or left.where(f"ds = '{target}'").limit(1).count() == 0:
+        log.info("%s: no left events landed for ds=%s, nothing to join", variant, target)
+        return {"variant": variant, "ds": str(target), "rows": 0, "skipped": "no left partition"}
+    return {"variant": variant, "ds": str(target), "rows": run_variant(spark, join_spec, variant, target)}
+
+
+def stream_increment(spec: str) -> dict:
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.stream_join import run_increment
+
+    return run_increment(_spark(), _spec(spec), bootstrap=bootstrap_servers())
+
+
+def inputs_ready(spec: str, ds: str) -> bool:
+    """Compare for ds may run once every batch variant for ds exists and the stream has
+    consumed past the day (its watermark passed ds's end plus the window's upper bound)."""
+    from jobs.batch_join import ready_variants
+    from jobs.stream_join import stream_watermark
+    from jobs.tables import BATCH_VARIANTS
+
+    join_spec, day = _spec(spec), _ds(ds)
+    if ready_variants(_spark(), join_spec, day) != list(BATCH_VARIANTS):
+        return False
+    wm = stream_watermark(join_spec)
+    from jobs.landing import ds_bounds_ms
+
+    _, end_ms = ds_bounds_ms(day, join_spec.timezone)
+    return wm is not None and wm >= end_ms + 1000 * join_spec.window.upper_seconds
+
+
+def compare(spec: str, ds: str) -> list[dict]:
+    from jobs.compare import compare_ds
+
+    rows = compare_ds(_spark(), _spec(spec), _ds(ds))
+    return [{k: (str(v) if isinstance(v, date) else v) for k, v in r.items()} for r in rows]
+
+
+def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
+    """Generate the workload and replay it into Kafka as simulated real time, stream running."""
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.simulate import simulate_live
+    from jobs.workload import generate, load_workload
+
+    join_spec = _spec(spec)
+    wl = generate(load_workload(spec_path(workload)), join_spec)
+
+    def progress(done: int, total: int, end_ms: int) -> None:
+        for listener in SLICE_LISTENERS:
+            listener(done, total, end_ms)
+        if done == total or done % max(1, total // 10) == 0:
+            log.info("simulated real time: slice %d/%d (arrivals up to %s)", done, total, _utc(end_ms))
+
+    result = simulate_live(_spark(), join_spec, wl.records, bootstrap=bootstrap_servers(),
+                           slice_minutes=slice_minutes, on_slice=progress)
+    return asdict(result)

@@ -1,0 +1,292 @@
+"""The docker-compose cluster: services, wiring, pinned versions, and agreement with the code.
+
+Pure file checks (pyyaml); no Docker engine needed. If a ``docker compose`` client is on the
+machine, ``docker compose config -q`` validates the file against the Compose spec as well.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKER_DIR = ROOT / "include" / "docker"
+DOCKERFILE = DOCKER_DIR / "Dockerfile.airflow"
+ENV_EXAMPLE = DOCKER_DIR / "compose.env.example"
+
+SERVICES = {
+    "kafka", "spark-master", "spark-worker", "postgres", "airflow-init", "airflow-api-server",
+    "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
+}
+AIRFLOW_SERVICES = sorted(s for s in SERVICES if s.startswith("airflow-"))
+LONG_RUNNING_AIRFLOW = [s for s in AIRFLOW_SERVICES if s != "airflow-init"]
+STORAGE_ROOT = "/data/joinshift"
+CODE_MOUNTS = {"dags", "jobs", "plugins", "include", "expectations"}
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def interpolate(value, env: dict[str, str] | None = None):
+    """Compose's ``${VAR:-default}`` / ``$$`` rules, with ``env`` (default: no variables set)."""
+    env = env or {}
+    if isinstance(value, str):
+        value = _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""),
+                         value.replace("$$", "\0"))
+        return value.replace("\0", "$")
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose(raw) -> dict:
+    """The compose file as the engine sees it with no .env (anchors merged, defaults applied)."""
+    return interpolate(raw)
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict:
+    return compose["services"]
+
+
+def env_of(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def mounts_of(service: dict) -> dict[str, str]:
+    """``{container path: source}`` from short-syntax volume entries."""
+    out = {}
+    for v in service.get("volumes") or []:
+        source, target = v.split(":")[:2]
+        out[target] = source
+    return out
+
+
+def gib(size: str) -> float:
+    """``"6g"`` -> 6.0, ``"512m"`` -> 0.5 (Spark's memory strings)."""
+    return float(size[:-1]) / (1 if size[-1] in "gG" else 1024)
+
+
+def pins() -> dict[str, str]:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return dict(d.replace(" ", "").split("==", 1) for d in deps if "==" in d)
+
+
+# --- shape ---------------------------------------------------------------------------------
+
+def test_compose_has_every_service(services):
+    assert set(services) >= SERVICES, f"missing: {sorted(SERVICES - set(services))}"
+
+
+def test_every_long_running_service_has_a_healthcheck(services):
+    missing = [n for n, s in services.items() if n != "airflow-init" and "healthcheck" not in s]
+    assert not missing, f"no healthcheck: {missing}"
+
+
+def test_airflow_services_wait_for_the_database_and_init(services):
+    assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in LONG_RUNNING_AIRFLOW:
+        deps = services[name]["depends_on"]
+        assert deps["postgres"]["condition"] == "service_healthy", name
+        assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+
+
+def test_scheduler_runs_tasks_only_once_kafka_and_spark_are_healthy(services):
+    deps = services["airflow-scheduler"]["depends_on"]
+    for needed in ("kafka", "spark-worker", "airflow-api-server"):
+        assert deps[needed]["condition"] == "service_healthy", needed
+    assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+
+
+def test_named_volumes_are_declared(compose, services):
+    declared = set(compose.get("volumes") or {})
+    for name, svc in services.items():
+        for target, source in mounts_of(svc).items():
+            if not source.startswith((".", "/")):
+                assert source in declared, f"{name}: volume {source} ({target}) is not declared"
+
+
+# --- Airflow -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
+def test_airflow_service_points_the_code_at_the_cluster(services, name):
+    env = env_of(services[name])
+    assert env["JOINSHIFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert env["JOINSHIFT_SPARK_MASTER"] == "spark://spark-master:7077"
+    assert env["JOINSHIFT_STORAGE_ROOT"] == STORAGE_ROOT
+    assert env["JOINSHIFT_JAR_CACHE"] == "/opt/joinshift/jars"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "false"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/airflow/dags"
+    assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "components must share a fixed JWT secret"
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-api-server:8080/")
+
+
+@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
+def test_airflow_service_mounts_code_and_the_storage_root(services, name):
+    mounts = mounts_of(services[name])
+    for d in CODE_MOUNTS:
+        assert mounts.get(f"/opt/airflow/{d}") == f"./{d}", f"{name}: ./{d} not mounted"
+    assert mounts.get(STORAGE_ROOT) == "joinshift-data"
+
+
+@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
+def test_airflow_service_is_built_from_the_project_dockerfile(services, name):
+    build = services[name]["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+
+
+def test_api_server_is_the_ui_on_8080(services):
+    assert services["airflow-api-server"]["command"] == "api-server"
+    assert "8080:8080" in services["airflow-api-server"]["ports"]
+
+
+def test_driver_and_executors_share_storage_and_uid(services):
+    worker = services["spark-worker"]
+    assert mounts_of(worker).get(STORAGE_ROOT) == "joinshift-data"
+    assert worker["user"] == services["airflow-scheduler"]["user"] == "50000:0"
+
+
+def test_cluster_settings_file_loads_with_the_compose_environment(services, monkeypatch):
+    env = env_of(services["airflow-scheduler"])
+    config = env["JOINSHIFT_CONFIG"]
+    assert config.startswith("/opt/airflow/include/"), "the config file must be in a mounted dir"
+    # The settings file is found through os.environ: point it at the checkout's copy.
+    local = ROOT / "include" / config.removeprefix("/opt/airflow/include/")
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(local))
+    s = load_settings(env)
+    assert (s.storage_root, s.spark_master, s.kafka_bootstrap) == (
+        STORAGE_ROOT, "spark://spark-master:7077", "kafka:9092")
+    # Two applications (the streaming join and a batch job) fit on the default worker.
+    worker = env_of(services["spark-worker"])
+    assert 2 * int(s.spark_conf["spark.cores.max"]) <= int(worker["SPARK_WORKER_CORES"])
+    assert 2 * gib(s.spark_conf["spark.executor.memory"]) <= gib(worker["SPARK_WORKER_MEMORY"])
+
+
+# --- Kafka ---------------------------------------------------------------------------------
+
+def test_kafka_is_one_kraft_node_with_internal_and_external_listeners(services):
+    kafka = services["kafka"]
+    env = env_of(kafka)
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    advertised = dict(reversed(x.split("://", 1)) for x in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    # The internal listener is the address JOINSHIFT_KAFKA_BOOTSTRAP names.
+    assert advertised["kafka:9092"] == "PLAINTEXT"
+    external = [addr for addr in advertised if addr.startswith("localhost:")]
+    assert external, "no listener advertised to the host"
+    port = external[0].split(":")[1]
+    assert f"{port}:{port}" in kafka["ports"]
+
+
+def test_kafka_keeps_records_with_historical_timestamps(services):
+    env = env_of(services["kafka"])
+    assert env["KAFKA_LOG_RETENTION_MS"] == "-1"
+    assert env["KAFKA_LOG_RETENTION_BYTES"] == "-1"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "true"
+
+
+def test_kafka_agrees_with_the_embedded_broker(services):
+    """Data-keeping settings must match jobs/kafka_broker.py, so both brokers behave alike."""
+    from jobs.kafka_broker import BROKER_SETTINGS
+
+    env = env_of(services["kafka"])
+    keys = [
+        "log.retention.ms", "log.retention.bytes", "log.cleanup.policy",
+        "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms", "auto.create.topics.enable",
+        "offsets.retention.minutes",
+    ]
+    for key in keys:
+        if key in BROKER_SETTINGS:
+            var = "KAFKA_" + key.upper().replace(".", "_")
+            assert env.get(var) == BROKER_SETTINGS[key], f"{var} != embedded broker's {key}"
+
+
+# --- versions --------------------------------------------------------------------------------
+
+def test_image_tags_match_the_pinned_versions(services):
+    p = pins()
+    assert services["kafka"]["image"] == "apache/kafka:4.1.1"
+    for name in ("spark-master", "spark-worker"):
+        image = services[name]["image"]
+        assert image.startswith(f"apache/spark:{p['pyspark']}-"), image
+        assert image.startswith("apache/spark:4.2.0-") and "java17" in image and "python3" in image
+    froms = re.findall(r"^FROM\s+(\S+)", DOCKERFILE.read_text(), re.M)
+    airflow = [f for f in froms if f.startswith("apache/airflow:")]
+    assert airflow and set(airflow) == {f"apache/airflow:{p['apache-airflow']}-python3.11"}
+    assert p["apache-airflow"] == "3.3.2" and p["pyspark"] == "4.2.0"
+
+
+def test_dockerfile_installs_java_17_and_not_the_spark_provider():
+    text = DOCKERFILE.read_text()
+    assert re.search(r"apt-get install[^\n]*openjdk-17-jre-headless", text)
+    assert re.search(r"^ENV JAVA_HOME=\S*java-17", text, re.M)
+    installs = " ".join(re.findall(r"pip install[^\n]*", text))
+    for forbidden in ("apache-airflow-providers-apache-spark", "pyspark-client", "great-expectations[spark]"):
+        assert forbidden not in installs
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not [d for d in deps if d.startswith(("apache-airflow-providers-apache-spark", "pyspark-client"))]
+    assert not [d for d in deps if d.replace(" ", "").startswith("great-expectations[")]
+
+
+def test_dockerfile_bakes_the_jar_cache_compose_points_at(services):
+    text = DOCKERFILE.read_text()
+    jar_cache = env_of(services["airflow-scheduler"])["JOINSHIFT_JAR_CACHE"]
+    assert f"{jar_cache}/spark/" in text
+    assert "build/spark/pom.xml" in text and "copy-dependencies" in text
+
+
+def test_env_example_lists_the_compose_defaults(raw):
+    """include/docker/compose.env.example documents exactly the variables and defaults the file uses."""
+    defaults: dict[str, str] = {}
+    for m in _VAR.finditer(COMPOSE.read_text().replace("$$", "\0")):  # $$ is a literal $
+        defaults.setdefault(m.group(1), m.group(2) or "")
+    example = dict(
+        line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    assert example == defaults
+
+
+# --- the real Compose implementation, when there is one ---------------------------------------
+
+def _compose_cmd() -> list[str] | None:
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        probe = subprocess.run(["docker-compose", "version"], capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0 and re.search(r"v?[2-9]\.\d", probe.stdout):
+            return ["docker-compose"]
+    return None
+
+
+def test_docker_compose_config_validates():
+    cmd = _compose_cmd()
+    if cmd is None:
+        reason = ("the docker client has no compose plugin" if shutil.which("docker")
+                  else "no docker client on this machine")
+        pytest.skip(f"{reason} (docker compose config -q needs one; no engine is needed)")
+    res = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
