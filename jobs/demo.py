@@ -99,7 +99,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: 
         from jobs.spark_session import get_spark
 
         get_spark("joinshift-demo")
-        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"), include_examples=False)
+        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         if bag.import_errors:
             console.print(f"[red]DAG import errors:[/red] {bag.import_errors}")
             return 1

@@ -1,10 +1,17 @@
-"""Shared fixtures: one Spark session, one real Kafka broker, one storage root per test session."""
+"""Shared fixtures: one Spark session, one real Kafka broker, one storage root and one Airflow
+metadata DB per test session, all under a temporary folder.
+
+The environment is set here, at import, because Airflow reads it when first imported and the
+jobs read ``JOINSHIFT_*`` through ``jobs.settings.settings()``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,23 +19,39 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+TEST_ROOT = Path(tempfile.mkdtemp(prefix="joinshift-tests-"))
+os.environ.update({
+    "JOINSHIFT_STORAGE_ROOT": str(TEST_ROOT / "storage"),
+    "JOINSHIFT_KAFKA_HOME": str(TEST_ROOT / "kafka"),
+    "JOINSHIFT_LOG_DIR": str(TEST_ROOT / "logs"),
+    "JOINSHIFT_SPARK_DRIVER_MEMORY": "3g",
+    "JOINSHIFT_SPARK_LOG_LEVEL": "ERROR",
+    "AIRFLOW_HOME": str(TEST_ROOT / "airflow"),
+})
+os.environ.pop("JOINSHIFT_KAFKA_BOOTSTRAP", None)
+os.environ.pop("JOINSHIFT_CONFIG", None)
+
+from jobs.airflow_env import apply_airflow_env  # noqa: E402
+
+apply_airflow_env()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == 0 and not os.environ.get("JOINSHIFT_KEEP_TEST_DATA"):
+        shutil.rmtree(TEST_ROOT, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
-def test_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("joinshift")
+def test_root() -> Path:
+    return TEST_ROOT
 
 
 @pytest.fixture(scope="session")
-def test_settings(test_root):
+def test_settings():
     from jobs.settings import settings
 
-    return dataclasses.replace(
-        settings(),
-        storage_root=str(test_root / "storage"),
-        kafka_home=str(test_root / "kafka"),
-        log_dir=str(test_root / "logs"),
-        spark_driver_memory="3g",
-    )
+    settings.cache_clear()
+    return settings()
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +59,6 @@ def spark(test_settings):
     """A small, fast local Spark with Delta, the Kafka connector and RocksDB state."""
     from jobs.spark_session import get_spark
 
-    os.environ.setdefault("JOINSHIFT_SPARK_LOG_LEVEL", "ERROR")
     session = get_spark("joinshift-tests", test_settings,
                         extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
     yield session
@@ -52,6 +74,28 @@ def kafka(test_settings):
     bootstrap = broker.start()
     yield bootstrap
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated Airflow metadata DB (SQLite) in the test folder: a copy of the project's
+    when set-up made one, else a fresh `airflow db migrate`."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    project_db = ROOT / ".airflow" / "airflow.db"
+    if project_db.exists():
+        shutil.copy(project_db, home / "airflow.db")
+    else:
+        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
+                       stdout=subprocess.DEVNULL, env=dict(os.environ))
+    return home
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
 
 
 @pytest.fixture(scope="session")

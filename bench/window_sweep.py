@@ -1,0 +1,142 @@
+"""Window sweep cost: K candidate windows in one pass against ONE ``batch_1d_windowed`` join.
+
+In one run, on the same landed-like data (the project's workload generator, written to Delta
+partitioned by arrival ds, then read back like the landed tables):
+
+1. **one join**: ``join_events(left ds, right ds, spec, windowed=True)`` followed by an action
+   that materialises all of its output (``.count()`` by default, or ``--action noop``: a full
+   write to Spark's ``noop`` sink);
+2. **sweep**: :func:`jobs.window_sweep.sweep` of the K candidates (default K = 50) over the same
+   left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected;
+3. their ratio (goal: sweep <= 1.5 × one join).
+
+Each is run once to warm up, then ``--repeat`` times alternately; the medians are compared.
+
+    python -m bench.window_sweep [--left-events 200000] [--grid "lower=-4h30m..0/30m,upper=0..2h/30m"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from jobs.settings import PROJECT_ROOT
+
+#: 10 lowers × 5 uppers = 50 candidates, the spec's [-3h, +30m] among them.
+DEFAULT_GRID = "lower=-4h30m..0/30m,upper=0..2h/30m"
+
+
+def landed_frame(frame, stream):
+    """A workload side (event_id, key, event_time, arrival_time + payload) in the landed shape:
+    the schema columns, ``_arrival_time``, ``_partition``, ``_offset``, ``ds`` (arrival date, UTC)."""
+    import zlib
+
+    out = frame[list(stream.schema_)].copy()
+    out["_arrival_time"] = frame["arrival_time"]
+    out["_partition"] = frame["key"].map(lambda k: zlib.crc32(k.encode()) % 4).astype("int32")  # 4 "Kafka partitions"
+    out["_offset"] = out.groupby("_partition").cumcount().astype("int64")
+    out["ds"] = frame["arrival_time"].dt.tz_convert("UTC").dt.date
+    for c, t in stream.schema_.items():
+        if t == "int":
+            out[c] = out[c].astype("int32")
+    return out.reset_index(drop=True)
+
+
+def spark_schema(stream) -> str:
+    from jobs.spec import SCHEMA_TYPES
+
+    cols = [f"{c} {SCHEMA_TYPES[t]}" for c, t in stream.schema_.items()]
+    return ", ".join([*cols, "_arrival_time timestamp", "_partition int", "_offset bigint", "ds date"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.window_sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("--left-events", type=int, default=200_000, help="left events per day (default 200000)")
+    p.add_argument("--days", type=int, default=2, choices=(1, 2), help="days of traffic (the first ds is timed)")
+    p.add_argument("--grid", default=DEFAULT_GRID, help=f"candidate windows (default {DEFAULT_GRID!r}: K=50)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of each, after one warm-up (median)")
+    p.add_argument("--action", choices=("count", "noop"), default="count",
+                   help="how the single join is materialised: .count() or a full write to the noop sink")
+    p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
+    args = p.parse_args(argv)
+    command = shlex.join(["python", "-m", "bench.window_sweep", *(sys.argv[1:] if argv is None else argv)])
+
+    from pyspark.sql import functions as F
+
+    from jobs.batch_join import join_events
+    from jobs.spark_session import get_spark
+    from jobs.spec import load_spec
+    from jobs.window_sweep import format_candidate, parse_grid, sweep
+    from jobs.workload import WorkloadParams, generate
+
+    spec = load_spec(args.spec)
+    grid = parse_grid(args.grid)
+    t = time.perf_counter()
+    wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=args.days), spec)
+    print(f"generated {len(wl.left)} left / {len(wl.right)} right good events in {time.perf_counter() - t:.1f}s")
+    ds = wl.params.start_date
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench_window_sweep_"))
+    spark = get_spark("joinshift-bench-window-sweep")
+    try:
+        sides = {}
+        for side in ("left", "right"):
+            stream = spec.side(side)
+            pdf = landed_frame(getattr(wl, side), stream)
+            path = str(scratch / side)
+            (spark.createDataFrame(pdf, spark_schema(stream)).write.format("delta")
+             .partitionBy("ds").mode("overwrite").save(path))
+            sides[side] = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds))
+        left, right = sides["left"], sides["right"]
+        n_left, n_right = left.count(), right.count()
+        print(f"ds={ds}: {n_left} left, {n_right} right landed events; spec window {spec.window.label()}; "
+              f"K={len(grid)} candidates, widest {format_candidate(min(a for a, _ in grid), max(b for _, b in grid))}")
+
+        def one_join() -> int:
+            out = join_events(left, right, spec, windowed=True)
+            if args.action == "count":
+                return out.count()
+            out.write.format("noop").mode("overwrite").save()
+            return -1
+
+        def the_sweep():
+            return sweep(left, right, spec, grid, right_days="same")
+
+        def timed(fn):
+            t0 = time.perf_counter()
+            r = fn()
+            return time.perf_counter() - t0, r
+
+        rows = one_join()                        # warm-up
+        result = the_sweep()
+        join_s, sweep_s = [], []
+        for _ in range(args.repeat):
+            join_s.append(timed(one_join)[0])
+            sweep_s.append(timed(the_sweep)[0])
+        j, s = statistics.median(join_s), statistics.median(sweep_s)
+
+        mine = result[(result.lower_s == spec.window.lower_seconds) & (result.upper_s == spec.window.upper_seconds)]
+        if len(mine):
+            r = mine.iloc[0]
+            print(f"sweep at the spec window {spec.window.label()}: match rate {r.match_rate:.4f} "
+                  f"({r.matched_left}/{r.left_events}), {r.pairs} pairs"
+                  + (f"; the join's output has {rows} rows" if rows >= 0 else ""))
+        print(f"one batch_1d_windowed join ({args.action}): median {j:.2f}s  runs {[round(x, 2) for x in join_s]}")
+        print(f"sweep of K={len(grid)} windows:          median {s:.2f}s  runs {[round(x, 2) for x in sweep_s]}")
+        print(f"ratio sweep / one join: {s / j:.2f}x (goal <= 1.5x)")
+        print(f"command: {command}")
+    finally:
+        spark.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,330 @@
+"""Restart planning: can a changed join spec restart from the running checkpoint?
+
+Compares the deployed spec with a proposed one field by field and says, per changed field, whether
+the streaming join may restart from its checkpoint, may restart with a caveat, or needs a fresh
+checkpoint and a replay from Kafka. Example::
+
+    python -m jobs.plan --deployed deployed.yaml --proposed proposed.yaml          # table
+    python -m jobs.plan --deployed deployed.yaml --proposed proposed.yaml --json   # for scripts
+
+Exit code 0: nothing to do, or restart from the checkpoint ("none" / "reuse_checkpoint");
+3: a fresh checkpoint and a replay are needed ("fresh_checkpoint_and_replay"); 2: a spec is invalid.
+
+Grounding (why each rule is what it is):
+
+* Spark's Structured Streaming programming guide, "Recovery Semantics after Changes in a Streaming
+  Query": changing the number or type of input sources is *not allowed*; changing subscribed Kafka
+  topics is "generally not allowed as the results are unpredictable"; adding, removing or changing
+  rate limits (``maxOffsetsPerTrigger``) *is allowed*; for a stream-stream join "changes in the
+  schema or equi-joining columns are not allowed. Changes in join type (outer or inner) are not
+  allowed. Other changes in the join condition are ill-defined"; changes to the code of a
+  ``foreach``/``foreachBatch`` sink are allowed, with semantics that depend on the code.
+  ``spark.sql.shuffle.partitions`` of a stateful query is taken from the checkpoint (the state is
+  partitioned by it), so a new value is silently ignored on restart.
+* The paper (Facebook, "Providing Streaming Joins as a Service", VLDB 2018) §4.2: an update must
+  keep the join operator's *state* format and the wire format compatible; the join equality must be
+  preserved; new attributes may only be appended because state rows are positional. Otherwise the
+  user creates a new view (here: a fresh checkpoint) knowing in-flight state is discarded. §6.1: the
+  join window is rebuilt by *replaying* the input from the message bus (here: Kafka, which keeps our
+  topics forever), which is the replay path a fresh checkpoint takes.
+
+What the join keeps as state here (``jobs.stream_join.join_streams``): per side, every column of the
+side's schema plus arrival time, Kafka partition and offset (and ``ds`` on the left), keyed by the
+join key. Cardinality 1-to-1 is *not* state: it is applied in the ``foreachBatch`` sink (first
+arrived match per micro-batch, then an insert-only MERGE keyed by the left id).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from jobs.spec import JoinSpec, SpecError, load_spec
+
+# ------------------------------------------------------------------------------- vocabulary
+
+#: Plan actions, from least to most disruptive.
+NONE, REUSE, FRESH = "none", "reuse_checkpoint", "fresh_checkpoint_and_replay"
+ACTIONS = (NONE, REUSE, FRESH)
+
+#: Per-field effects. ``report_only`` fields do not touch the streaming job at all.
+REPORT_ONLY = "report_only"
+REUSE_OK = "reuse_checkpoint"
+REUSE_WARN = "reuse_with_warning"
+NEEDS_FRESH = "fresh_checkpoint_and_replay"
+EFFECTS = (REPORT_ONLY, REUSE_OK, REUSE_WARN, NEEDS_FRESH)
+
+#: Exit codes of the CLI, so scripts can branch: 0 restart as is, 3 fresh + replay, 2 bad input.
+EXIT_OK, EXIT_INVALID, EXIT_FRESH = 0, 2, 3
+
+_GUIDE = "Spark SS guide, Recovery Semantics after Changes"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One changed spec field: the values, what it means for the checkpoint, and why."""
+
+    field: str
+    old: Any
+    new: Any
+    effect: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: str
+    changes: list[FieldChange] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FRESH if self.action == FRESH else EXIT_OK
+
+    @property
+    def warnings(self) -> list[FieldChange]:
+        return [c for c in self.changes if c.effect == REUSE_WARN]
+
+    @property
+    def blocking(self) -> list[FieldChange]:
+        """The changes that force a fresh checkpoint."""
+        return [c for c in self.changes if c.effect == NEEDS_FRESH]
+
+    def steps(self) -> list[str]:
+        """What an operator does next, in order."""
+        if self.action == NONE:
+            if self.changes:
+                return ["No restart needed: only report settings changed; deploy the new spec."]
+            return ["Nothing changed."]
+        if self.action == REUSE:
+            out = ["Stop the streaming join, deploy the new spec, restart it: it resumes from its "
+                   "checkpoint (no replay)."]
+            if self.warnings:
+                out.append("Read the warnings above: the restart is allowed, but "
+                           + ", ".join(c.field for c in self.warnings)
+                           + " change what the job produces from now on (rows already written are not rewritten).")
+            return out
+        return [
+            "Stop the streaming join (and the quarantine query).",
+            "Back up the checkpoint: python -m jobs.checkpoint backup --spec <spec> (never delete it without a copy).",
+            "Rebuild from Kafka: joinshift replay --spec <proposed spec> — a fresh checkpoint that reads both "
+            "topics from the earliest offsets (paper §6.1: the window is rebuilt by replaying the input).",
+            "Rows written under the old spec are not removed by an insert-only replay: replay into a new "
+            "output table, or rebuild the affected ds partitions, if old rows are no longer correct "
+            "(window, join type, keys or schema changed).",
+            "Check the new checkpoint with python -m jobs.checkpoint validate / inspect (lag per partition) "
+            "before switching readers over.",
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "exit_code": self.exit_code,
+            "changes": [asdict(c) for c in self.changes],
+            "steps": self.steps(),
+        }
+
+    def render(self, width: int = 110) -> str:
+        """A plain-text report: the action, a table of changes, reasons, next steps."""
+        lines = [f"Restart plan: {self.action}"]
+        if not self.changes:
+            lines.append("No spec field changed.")
+        else:
+            rows = [("field", "old", "new", "effect")] + [
+                (c.field, _short(c.old), _short(c.new), c.effect) for c in self.changes]
+            widths = [max(len(r[i]) for r in rows) for i in range(4)]
+            fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+            lines += ["", fmt.format(*rows[0]), fmt.format(*("-" * w for w in widths))]
+            lines += [fmt.format(*r) for r in rows[1:]]
+            lines += ["", "Why:"]
+            for c in self.changes:
+                lines += textwrap.wrap(f"- {c.field} [{c.effect}]: {c.reason}", width=width,
+                                       subsequent_indent="    ")
+        lines += ["", "Next steps:"]
+        lines += [textwrap.fill(f"{i}. {s}", width=width, subsequent_indent="   ")
+                  for i, s in enumerate(self.steps(), 1)]
+        return "\n".join(lines)
+
+
+def _short(v: Any, limit: int = 32) -> str:
+    s = "(absent)" if v is None else (v if isinstance(v, str) else json.dumps(v))
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------------------- the rules
+
+#: (field pattern, effect, reason). First match wins; ``{field}`` is the changed field's path;
+#: a pattern starting with ``side.`` applies to ``left.`` and ``right.``.
+RULES: list[tuple[str, str, str]] = [
+    ("pipeline", NEEDS_FRESH,
+     "{field} names the checkpoint and table folders (<root>/checkpoints/<pipeline>/...): a new name is a new "
+     "query with no checkpoint and empty tables, so it starts fresh and must replay Kafka to fill them."),
+    ("side.topic", NEEDS_FRESH,
+     "{field} is a source's identity: the checkpoint's offsets are per topic-partition of the old topic. "
+     f"{_GUIDE}: changes to subscribed topics are generally not allowed (results unpredictable). "
+     "Start a fresh checkpoint and replay the new topic from its earliest offset."),
+    ("side.schema", NEEDS_FRESH,
+     "{field}: the column order changed. The join buffers whole rows as state and Spark checks state schemas "
+     "ignoring names, so a reorder of same-typed columns could even restart and read values into the wrong "
+     "columns (paper §4.2: state is positional). Fresh checkpoint and replay."),
+    ("side.schema.*", NEEDS_FRESH,
+     "{field}: the join buffers every schema column of both sides as state, so adding (even a nullable "
+     "payload column), removing or retyping a column changes the join's state schema. "
+     f"{_GUIDE}: changes in the schema of a stream-stream join are not allowed (Spark's state schema check "
+     "refuses the restart); unlike Puma (paper §4.2), Spark cannot append a column to existing state."),
+    ("side.key", NEEDS_FRESH,
+     "{field} is the equi-join column set, i.e. the state store's key: "
+     f"{_GUIDE}: changes in equi-joining columns are not allowed; paper §4.2: the join equality must be "
+     "preserved across updates (it decides the sharding of state)."),
+    ("side.event_time", NEEDS_FRESH,
+     "{field} is the watermark column and part of the join's time-range condition; buffered rows and their "
+     "eviction were computed on the old column, so the state is meaningless for the new one. Fresh "
+     "checkpoint and replay."),
+    ("window.lower", NEEDS_FRESH,
+     "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
+     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark would restart, but rows "
+     "evicted under the old bound are gone (a wider window silently misses matches) and left rows already "
+     "emitted as non-matches stay so. Fresh checkpoint and replay to get the new window's exact result."),
+    ("window.upper", NEEDS_FRESH,
+     "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
+     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark would restart, but rows "
+     "evicted or left rows already emitted as non-matches under the old bound stay as they were. Fresh "
+     "checkpoint and replay to get the new window's exact result."),
+    ("join.type", NEEDS_FRESH,
+     f"{{field}} (inner vs left outer) changes the stateful join operator: {_GUIDE}: changes in join type "
+     "(outer or inner) are not allowed. Fresh checkpoint and replay."),
+    ("output_table", NEEDS_FRESH,
+     "{field}: the new output table starts empty. Reusing the checkpoint (allowed for a foreachBatch sink) "
+     "would write only batches after the restart, so the new table would lack every row already committed "
+     "and the rows of left events still in state. Replay from a fresh checkpoint into it (the sink dedupes by "
+     "its keys). Alternative without replay: copy the old table to the new name first, then restart from the "
+     "checkpoint."),
+    ("join.cardinality", REUSE_WARN,
+     "{field} is applied in the foreachBatch sink (1-to-1: first-arrived match per micro-batch, then an "
+     "insert-only MERGE keyed by the left id), not in the stateful join, whose state and schema are the same "
+     f"for both; {_GUIDE}: changing foreachBatch sink code is allowed. Reusable, but rows already written keep "
+     "the old cardinality: 1-to-n -> 1-to-1 leaves past left ids with several rows; 1-to-1 -> 1-to-n cannot "
+     "recover matches the sink already dropped. Replay into a new output table if history must be uniform."),
+    ("side.watermark_delay", REUSE_WARN,
+     "{field}: Spark allows changing watermark delays between restarts (the delay is not in the state "
+     "schema; the checkpoint keeps the current watermark). It changes which late rows are dropped and when "
+     "state is evicted and left non-matches are emitted: a shorter delay drops more late rows at once; a "
+     "longer one only helps once event time advances, because Spark's watermark never moves back and rows "
+     "already evicted are gone."),
+    ("streaming.shuffle_partitions", REUSE_WARN,
+     "{field} is fixed by the checkpoint: the state is partitioned by it and Spark restores "
+     "spark.sql.shuffle.partitions from the checkpoint's offset log, ignoring the new value. Reusing is safe, "
+     "but the change has no effect; it only applies with a fresh checkpoint and replay."),
+    ("timezone", REUSE_WARN,
+     "{field} changes how arrival times map to ds partitions (Hive-style, midnight in this zone). Reusable "
+     "(ds is a date either way), but rows buffered in state keep the old zone's ds, output after the restart "
+     "uses the new one, so partitions around the switch shift and stream-vs-batch comparisons of those days "
+     "are off until the landed batch tables are rebuilt in the same zone."),
+    ("timestamp_validity.*", REUSE_WARN,
+     "{field} is a parse rule applied before the join (paper §6.7). Reusable, but it changes which records "
+     "are quarantined instead of joined from now on; records already quarantined or joined stay as they are."),
+    ("unknown_fields", REUSE_WARN,
+     "{field} is a parse rule applied before the join. Reusable, but it changes which records are "
+     "quarantined (unexpected JSON fields) from now on; earlier records are not re-examined."),
+    ("side.id", REUSE_WARN,
+     "{field}: the id column is in the state either way (the schema did not change), so the checkpoint is "
+     "reusable; but it is the sink's dedupe key (1-to-1 MERGE, replays) and the null_id parse rule, so "
+     "rows written before and after the restart are keyed differently."),
+    ("streaming.trigger_interval", REUSE_OK,
+     "{field} only sets when micro-batches start; it is not stored in the checkpoint. Reusable."),
+    ("streaming.max_offsets_per_trigger", REUSE_OK,
+     f"{{field}} is the Kafka rate limit (maxOffsetsPerTrigger); {_GUIDE}: adding, removing or changing rate "
+     "limits is allowed. Reusable."),
+    ("side.name", REUSE_OK,
+     "{field} is a label (reports, the quarantine table's stream column); the streaming join does not "
+     "depend on it. Reusable."),
+    ("side.table", REUSE_OK,
+     "{field} is the landed Delta table the landing job and the batch baselines use; the streaming join "
+     "reads Kafka, not this table. Reusable (rebuild the batch baselines if you compare against them)."),
+    ("accuracy.*", REPORT_ONLY,
+     "{field} is read by compare, gates and recommendation only; the streaming job does not use it."),
+]
+
+_UNKNOWN = ("{field} is not known to the planner; treated as needing a fresh checkpoint to be safe. "
+            "Add a rule to jobs/plan.py.")
+
+
+def _matches(pattern: str, path: str) -> bool:
+    """fnmatch, where a leading ``side.`` stands for ``left.`` or ``right.``."""
+    if pattern.startswith("side."):
+        return any(fnmatchcase(path, f"{side}.{pattern[5:]}") for side in ("left", "right"))
+    return fnmatchcase(path, pattern)
+
+
+def _classify(path: str) -> tuple[str, str, str]:
+    """(matched pattern, effect, reason) of a changed field path."""
+    for pattern, effect, reason in RULES:
+        if _matches(pattern, path):
+            return pattern, effect, reason.format(field=path)
+    return "", NEEDS_FRESH, _UNKNOWN.format(field=path)
+
+
+def _as_data(spec: JoinSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json", by_alias=True)
+
+
+def _diff(old: Any, new: Any, path: str, out: list[tuple[str, Any, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in list(old) + [k for k in new if k not in old]:
+            _diff(old.get(k), new.get(k), f"{path}.{k}" if path else k, out)
+        if path.endswith(".schema") and set(old) == set(new) and list(old) != list(new):
+            out.append((path, list(old), list(new)))  # same columns, new order
+        return
+    if old != new:
+        out.append((path, old, new))
+
+
+def plan(deployed: JoinSpec, proposed: JoinSpec) -> Plan:
+    """Compare two specs; the action is the most disruptive effect of any changed field."""
+    diffs: list[tuple[str, Any, Any]] = []
+    _diff(_as_data(deployed), _as_data(proposed), "", diffs)
+    changes = []
+    for path, old, new in diffs:
+        pattern, effect, reason = _classify(path)
+        if pattern == "side.schema.*":
+            what = ("added" if old is None else "removed" if new is None else f"retyped {old} -> {new}")
+            reason = reason.replace(f"{path}:", f"{path}: column {what};", 1)
+        changes.append(FieldChange(path, old, new, effect, reason))
+    if any(c.effect == NEEDS_FRESH for c in changes):
+        action = FRESH
+    elif any(c.effect in (REUSE_OK, REUSE_WARN) for c in changes):
+        action = REUSE
+    else:
+        action = NONE
+    return Plan(action, changes)
+
+
+# ------------------------------------------------------------------------------- CLI
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m jobs.plan",
+        description="Say whether a spec change can restart the streaming join from its checkpoint "
+                    "(exit 0) or needs a fresh checkpoint and a replay (exit 3).",
+    )
+    p.add_argument("--deployed", required=True, help="the spec the running job uses (YAML)")
+    p.add_argument("--proposed", required=True, help="the spec you want to deploy (YAML)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    args = p.parse_args(argv)
+    try:
+        deployed = load_spec(args.deployed)
+        proposed = load_spec(args.proposed)
+    except SpecError as exc:
+        print(f"jobs.plan: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    result = plan(deployed, proposed)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,346 @@
+"""One-pass window sweep: the match rate of many candidate windows for the cost of about one join.
+
+Paper §6.5 / §7.2: choosing the window ``[lower, upper]`` trades match rate against state size
+and latency. Instead of running the windowed batch join once per candidate, :func:`sweep` joins
+the left and right events once, with the *widest* candidate window, and keeps per left event
+just enough to decide every narrower window:
+
+1. one join, key equality and ``right.t − left.t ∈ [min lower, max upper]`` (left outer, so
+   left events without any pair are still counted: they are unmatched for every candidate);
+2. per pair the offset ``d = right.t − left.t`` (exact, in microseconds), then ONE aggregation
+   per left event: for each distinct candidate lower bound ``a``, ``m_a = min(d where d >= a)``;
+   a left event matches ``[a, b]`` iff some ``d`` has ``a <= d <= b``, i.e. iff ``m_a <= b``
+   (min/max of ``d`` alone would not do: offsets {−5h, +5h} match [−6h, +6h], not [−1h, +1h]);
+   the same aggregation counts pairs with ``d <= b`` and with ``d < a`` per distinct bound;
+3. ONE aggregation per ds: for every candidate ``(a, b)``, ``count(m_a <= b)`` matched left
+   events, and pairs in the window ``= #(d <= b) − #(d < a)``; collected as one row per ds.
+
+So the cost is one join plus two aggregations whatever the number of candidates (the first
+aggregation groups by the join key, so it reuses the join's partitioning: no extra shuffle).
+
+Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.compare`); a left
+event is one left row (landed event ids are unique). ``pairs`` counts every (left, right) pair in
+the window, i.e. the 1-to-n output rows that have a right side, whatever the spec's cardinality
+(under 1-to-1 the join emits ``matched_left`` of them): what state and output sizes follow.
+
+Which right events may pair with a left event of ds ``D`` (``right_days``):
+
+* ``"all"``        -- every right row passed in (exactly ``join_events(left, right, ..., windowed=True)``);
+* ``"same"``       -- right rows of the same ds: ``batch_1d_windowed`` semantics (the paper's
+                      batch-1d-to-3.5h), even when several ds are swept together;
+* ``"neighbours"`` -- right rows of ``D−1`` (if the widest lower bound is negative), ``D`` and
+                      ``D+1`` (if the widest upper bound is positive): ``batch_1d_2d``'s read
+                      set, restricted to the window -- what a stream sees across midnight.
+
+Candidate grids, in code or in the compact form (``start..end/step`` ranges, single values, or
+values joined by ``|``; units ms/s/m/h/d, compound like ``-4h30m``; a bare ``0`` is allowed)::
+
+    candidate_grid(range(-21600, 1, 1800), range(0, 21601, 1800))     # 13 × 13 = 169
+    parse_grid("lower=-6h..0h/30m,upper=0..6h/30m")                    # the same
+    parse_grid("lower=-3h|-1h,upper=30m")                              # [(-10800, 1800), (-3600, 1800)]
+
+Command line (reads the landed tables; prints one line per ds × candidate)::
+
+    python -m jobs.window_sweep --spec include/specs/search_sessions.yaml --ds 2026-11-20 \\
+        --grid "lower=-6h..0/30m,upper=0..6h/30m" [--right-days same|neighbours]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterable, Sequence
+from datetime import date, timedelta
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.batch_join import col_name, key_condition, window_condition
+from jobs.settings import Settings
+from jobs.spec import JoinSpec, format_duration, load_spec
+
+#: Columns of :func:`sweep`'s result, one row per ds × candidate.
+RESULT_COLUMNS = ("ds", "lower_s", "upper_s", "left_events", "matched_left", "match_rate", "pairs")
+RIGHT_DAYS = ("all", "same", "neighbours")
+
+_US = 1_000_000
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class GridError(ValueError):
+    """A candidate grid is invalid; the message names the bad part."""
+
+
+# ------------------------------------------------------------------------------- candidates
+
+
+def _seconds(value: object, what: str) -> int:
+    """Whole seconds of an int, a timedelta or a duration text (``-3h``, ``-4h30m``, ``0``)."""
+    if isinstance(value, bool):
+        raise GridError(f"{what}: {value!r} is not a duration")
+    if isinstance(value, timedelta):
+        secs = value.total_seconds()
+    elif isinstance(value, (int, float)):
+        secs = float(value)
+    elif isinstance(value, str):
+        secs = _parse_duration_text(value, what)
+    else:
+        raise GridError(f"{what}: {value!r} is not a duration")
+    if secs != int(secs):
+        raise GridError(f"{what}: {value!r} is not a whole number of seconds")
+    return int(secs)
+
+
+def _parse_duration_text(text: str, what: str) -> float:
+    t = text.strip()
+    sign = -1 if t.startswith("-") else 1
+    body = t.lstrip("+-").strip()
+    if body == "0":
+        return 0.0
+    parts = _PART.findall(body)
+    if not body or not parts or "".join(n + u for n, u in parts) != body:
+        raise GridError(
+            f"{what}: {text!r} is not a duration; write a signed number with a unit (ms, s, m, h, d), "
+            "e.g. -6h, 30m, -4h30m, or a bare 0")
+    return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[tuple[int, int]]:
+    """Every ``(lower_s, upper_s)`` with ``lower <= upper``, sorted; bounds as ints (seconds),
+    timedeltas or duration texts. Pairs with ``lower > upper`` are not windows and are skipped."""
+    lo = sorted({_seconds(v, "lower") for v in lowers})
+    up = sorted({_seconds(v, "upper") for v in uppers})
+    if not lo or not up:
+        raise GridError("a grid needs at least one lower and one upper bound")
+    grid = [(a, b) for a in lo for b in up if a <= b]
+    if not grid:
+        raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, "
+                        f"uppers {up[0]}..{up[-1]} s)")
+    return grid
+
+
+def _values(name: str, text: str, part: str) -> list[int]:
+    out: list[int] = []
+    for item in text.split("|"):
+        item = item.strip()
+        where = f"grid part {part!r}"
+        if not item:
+            raise GridError(f"{where}: empty value")
+        if ".." not in item:
+            out.append(_seconds(item, where))
+            continue
+        rng, _, step_text = item.partition("/")
+        start_text, _, end_text = rng.partition("..")
+        start, end = _seconds(start_text, where), _seconds(end_text, where)
+        if start > end:
+            raise GridError(f"{where}: range {item!r} runs backwards ({start_text.strip()} > {end_text.strip()})")
+        if start == end:
+            out.append(start)
+            continue
+        if not step_text.strip():
+            raise GridError(f"{where}: range {item!r} needs a step, e.g. {rng}/30m")
+        step = _seconds(step_text, where)
+        if step <= 0:
+            raise GridError(f"{where}: the step {step_text.strip()!r} must be positive")
+        if (end - start) % step:
+            raise GridError(f"{where}: the step {step_text.strip()} does not divide the range "
+                            f"{start_text.strip()}..{end_text.strip()}")
+        out.extend(range(start, end + 1, step))
+    return out
+
+
+def parse_grid(text: str) -> list[tuple[int, int]]:
+    """``"lower=-6h..0h/30m,upper=0..6h/30m"`` -> :func:`candidate_grid` of both bound lists."""
+    bounds: dict[str, list[int]] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise GridError(f"grid {text!r}: empty part (two commas in a row, or a trailing comma?)")
+        name, eq, values = part.partition("=")
+        name = name.strip()
+        if not eq or name not in ("lower", "upper"):
+            raise GridError(f"grid part {part!r}: write lower=<values> or upper=<values> "
+                            "(values: -6h..0h/30m, -3h, or -3h|-1h)")
+        if name in bounds:
+            raise GridError(f"grid part {part!r}: {name} is given twice")
+        bounds[name] = _values(name, values, part)
+    for name in ("lower", "upper"):
+        if name not in bounds:
+            raise GridError(f"grid {text!r}: missing {name}=..., e.g. lower=-6h..0h/30m,upper=0..6h/30m")
+    return candidate_grid(bounds["lower"], bounds["upper"])
+
+
+def format_candidate(lower_s: int, upper_s: int) -> str:
+    return (f"[{format_duration(timedelta(seconds=lower_s), True)}, "
+            f"{format_duration(timedelta(seconds=upper_s), True)}]")
+
+
+# ------------------------------------------------------------------------------- the sweep
+
+
+def _check_candidates(candidates: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    if not candidates:
+        raise GridError("no candidate windows to sweep")
+    out = []
+    for c in candidates:
+        a, b = _seconds(c[0], "lower"), _seconds(c[1], "upper")
+        if a > b:
+            raise GridError(f"candidate {format_candidate(a, b)}: lower is after upper")
+        out.append((a, b))
+    return list(dict.fromkeys(out))
+
+
+def widest(candidates: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """The window every candidate lies in: (min lower, max upper)."""
+    return min(a for a, _ in candidates), max(b for _, b in candidates)
+
+
+def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
+    """Right ds offsets (days) a left ds reads under ``right_days="neighbours"``."""
+    return [*([-1] if lower_s < 0 else []), 0, *([1] if upper_s > 0 else [])]
+
+
+def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
+          *, right_days: str = "all") -> pd.DataFrame:
+    """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
+
+    One Spark job: 1 join + 2 aggregations, whatever ``len(candidates)``. Returns a pandas frame
+    with :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
+
+    Example::
+
+        rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
+                      right_days="same")
+    """
+    if right_days not in RIGHT_DAYS:
+        raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
+    cands = _check_candidates(candidates)
+    lo, hi = widest(cands)
+    lowers = sorted({a for a, _ in cands})
+    uppers = sorted({b for _, b in cands})
+
+    lid, lt = col_name("left", spec.left.id), col_name("left", spec.left.event_time)
+    rt = col_name("right", spec.right.event_time)
+    lkeys = [col_name("left", k) for k in spec.left.key]
+    l_df = left.select(*[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
+                       F.col(spec.left.id).alias(lid), F.col(spec.left.event_time).alias(lt), F.col("ds"))
+    r_df = right.select(*[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
+                        F.col(spec.right.event_time).alias(rt), F.col("ds").alias("_right_ds"))
+
+    cond = key_condition(spec) & window_condition(
+        spec.with_window(timedelta(seconds=lo), timedelta(seconds=hi)))
+    if right_days == "same":
+        cond = cond & (F.col("_right_ds") == F.col("ds"))
+    elif right_days == "neighbours":
+        cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(lo, hi))
+    pairs = l_df.join(r_df, cond, "left")
+    # exact offset in microseconds (null for a left event without any pair)
+    d = F.unix_micros(F.col(rt)) - F.unix_micros(F.col(lt))
+
+    def us(s: int) -> Column:
+        return F.lit(s * _US)
+
+    per_left = pairs.select(*lkeys, lid, "ds", d.alias("_d")).groupBy(*lkeys, lid, "ds").agg(
+        *[F.min(F.when(F.col("_d") >= us(a), F.col("_d"))).alias(f"_m{i}") for i, a in enumerate(lowers)],
+        *[F.count(F.when(F.col("_d") < us(a), True)).alias(f"_lt{i}") for i, a in enumerate(lowers)],
+        *[F.count(F.when(F.col("_d") <= us(b), True)).alias(f"_le{j}") for j, b in enumerate(uppers)],
+    )
+    li = {a: i for i, a in enumerate(lowers)}
+    uj = {b: j for j, b in enumerate(uppers)}
+    per_ds = per_left.groupBy("ds").agg(
+        F.count(F.lit(1)).alias("left_events"),
+        *[F.count(F.when(F.col(f"_m{li[a]}") <= us(b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
+        *[F.sum(f"_lt{i}").alias(f"_slt{i}") for i in range(len(lowers))],
+        *[F.sum(f"_le{j}").alias(f"_sle{j}") for j in range(len(uppers))],
+    )
+    rows = []
+    for r in per_ds.collect():
+        n = int(r["left_events"])
+        for k, (a, b) in enumerate(cands):
+            matched = int(r[f"_c{k}"])
+            n_pairs = int(r[f"_sle{uj[b]}"] or 0) - int(r[f"_slt{li[a]}"] or 0)
+            rows.append((r["ds"], a, b, n, matched, matched / n if n else float("nan"), n_pairs))
+    out = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+    out = out.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",
+                      "matched_left": "int64", "match_rate": "float64", "pairs": "int64"})
+    return out.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
+
+
+# ------------------------------------------------------------------------------- I/O shell
+
+
+def right_read_days(ds_list: Sequence[date], candidates: Sequence[tuple[int, int]], right_days: str) -> list[date]:
+    """The right partitions ``sweep_ds`` reads: the ds themselves ("same"), plus ds−1 / ds+1 as the
+    widest candidate needs ("neighbours": −1 if its lower bound is negative, +1 if its upper is positive)."""
+    if right_days not in ("same", "neighbours"):
+        raise ValueError(f"right_days must be 'same' or 'neighbours', not {right_days!r}")
+    offsets = [0] if right_days == "same" else neighbour_offsets(*widest(_check_candidates(candidates)))
+    return sorted({d + timedelta(days=o) for d in ds_list for o in offsets})
+
+
+def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candidates: Sequence[tuple[int, int]],
+             s: Settings | None = None, *, right_days: str = "same") -> pd.DataFrame:
+    """I/O shell: read the landed tables and :func:`sweep` the left partitions ``ds_list``.
+
+    The caller decides the right partitions through ``right_days``: ``"same"`` reads right ds
+    = each left ds (``batch_1d_windowed`` semantics); ``"neighbours"`` also reads ds−1 and/or
+    ds+1 as the widest candidate window needs (see :func:`right_read_days`), and those must
+    have landed (checked against the landing log, like the batch joins). A ds without left
+    events gets rows with ``left_events`` 0 and a NaN match rate.
+    """
+    from jobs import delta_io
+    from jobs.batch_join import landed_days
+    from jobs.tables import Tables
+
+    if not ds_list:
+        raise ValueError("ds_list is empty: name at least one left partition")
+    tables = Tables.of(spec, s)
+    days = right_read_days(ds_list, candidates, right_days)
+    landed = set(landed_days(spark, tables, "right"))
+    missing = [d for d in days if d not in landed]
+    if missing:
+        raise RuntimeError(
+            f"the window sweep ({right_days}) for ds {', '.join(map(str, ds_list))} needs right-stream "
+            f"partitions {', '.join(map(str, missing))}, which have not landed yet; land them first"
+            + (" or sweep with right_days='same'" if right_days != "same" else ""))
+    left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds").isin(list(ds_list)))
+    right = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").isin(days))
+    out = sweep(left, right, spec, candidates, right_days=right_days)
+    cands = _check_candidates(candidates)
+    have = set(out["ds"])
+    fill = [(d, a, b, 0, 0, float("nan"), 0) for d in ds_list if d not in have for a, b in cands]
+    if fill:
+        out = pd.concat([out, pd.DataFrame(fill, columns=list(RESULT_COLUMNS))], ignore_index=True)
+        out = out.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.window_sweep", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", required=True, help="join spec YAML")
+    p.add_argument("--ds", required=True, type=date.fromisoformat, action="append",
+                   help="left partition, YYYY-MM-DD (repeatable)")
+    p.add_argument("--grid", default="lower=-6h..0/30m,upper=0..6h/30m",
+                   help='candidate windows, e.g. "lower=-6h..0h/30m,upper=0..6h/30m" (default)')
+    p.add_argument("--right-days", choices=("same", "neighbours"), default="same",
+                   help="same: right ds = left ds (batch_1d_windowed); neighbours: also ds-1/ds+1")
+    args = p.parse_args(argv)
+    try:
+        candidates = parse_grid(args.grid)
+    except GridError as exc:
+        p.error(str(exc))
+    from jobs.spark_session import get_spark
+
+    spec = load_spec(args.spec)
+    spark = get_spark("joinshift-window-sweep")
+    out = sweep_ds(spark, spec, args.ds, candidates, right_days=args.right_days)
+    out.insert(3, "window", [format_candidate(a, b) for a, b in zip(out.lower_s, out.upper_s)])
+    with pd.option_context("display.max_rows", None, "display.width", 160):
+        print(out.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

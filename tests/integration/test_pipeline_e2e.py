@@ -1,0 +1,170 @@
+"""End to end on the real parts: generate -> Kafka -> (simulated real time) streaming join,
+land -> batch baselines -> compare, every step run by its Airflow DAG with ``dag.test()``.
+
+Expectations are computed independently from the generator's truth (pandas), so the batch
+variants must be exact; the stream must equal the windowed join over all days minus exactly the
+records its watermark dropped, and those drops must match Spark's own count.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+DAYS = [date(2026, 11, 19), date(2026, 11, 20)]
+ARRIVAL_DAYS = [*DAYS, date(2026, 11, 21)]
+WORKLOAD = {"seed": 7, "start_date": "2026-11-19", "days": 2, "left_events_per_day": 1500}
+SLICE_MINUTES = 60
+
+
+def _utc(d: date) -> datetime:
+    return datetime.combine(d, datetime.min.time(), timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def pipeline(spark, kafka, dagbag, spec, test_settings, test_root):
+    """Run the DAGs once for the module; yield what the tests need."""
+    from jobs.spec import load_spec  # noqa: F401  (spec fixture is the demo spec)
+    from jobs.workload import generate, parse_workload
+
+    workload_file = test_root / "workload.yaml"
+    workload_file.write_text(yaml.safe_dump(WORKLOAD))
+    wl = generate(parse_workload(WORKLOAD), spec)
+    conf = {"spec": "include/specs/search_sessions.yaml"}
+
+    def run(dag_id, logical, run_conf):
+        dr = dagbag.get_dag(dag_id).test(logical_date=_utc(logical) if logical else None, run_conf=run_conf)
+        assert "success" in str(dr.state).lower(), f"{dag_id} {logical}: {dr.state}"
+
+    run("joinshift_simulate", None, {**conf, "workload": str(workload_file), "slice_minutes": SLICE_MINUTES})
+    for ds in ARRIVAL_DAYS:
+        run("joinshift_daily", ds, conf)
+    for ds in DAYS:
+        run("joinshift_compare", ds, conf)
+    return wl
+
+
+def _read(spark, path):
+    return spark.read.format("delta").load(path)
+
+
+def _pairs(df, where=None):
+    if where is not None:
+        df = df.where(where)
+    return {(r.left_event_id, r.right_event_id) for r in df.select("left_event_id", "right_event_id").collect()}
+
+
+def _expected_pairs(left: pd.DataFrame, right: pd.DataFrame, spec, right_days: int | None, windowed: bool):
+    """Pandas reference join. right_days: 0 = same ds, 1 = ds±1, None = any day."""
+    lo, up = timedelta(seconds=spec.window.lower_seconds), timedelta(seconds=spec.window.upper_seconds)
+    left = left.assign(ds=left["arrival_time"].dt.date)
+    right = right.assign(ds=right["arrival_time"].dt.date)
+    m = left.merge(right, on="key", suffixes=("_l", "_r"))
+    if right_days is not None:
+        gap = (pd.to_datetime(m["ds_r"]) - pd.to_datetime(m["ds_l"])).dt.days
+        m = m[gap.abs() <= right_days]
+    if windowed:
+        m = m[(m["event_time_r"] >= m["event_time_l"] + lo) & (m["event_time_r"] <= m["event_time_l"] + up)]
+    pairs = set(zip(m["event_id_l"], m["event_id_r"]))
+    matched = {lid for lid, _ in pairs}
+    return pairs | {(lid, None) for lid in left["event_id"] if lid not in matched}, left
+
+
+def test_landing_accounts_for_every_record(pipeline, spark, spec, test_settings):
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    log = _read(spark, t.landing_log).toPandas()
+    records = pipeline.records
+    for side in ("left", "right"):
+        topic = spec.side(side).topic
+        mine = log[log.side == side]
+        assert sorted(mine.ds) == ARRIVAL_DAYS
+        assert int(mine.records.sum()) == int((records.topic == topic).sum())
+        assert int((mine.landed + mine.quarantined - mine.records).abs().sum()) == 0
+        q = _read(spark, t.quarantine).where(f"stage = 'landing' AND topic = '{topic}'").toPandas()
+        expected = records[(records.topic == topic) & records.expected_reason.notna()].expected_reason.value_counts()
+        assert q.reason.value_counts().sort_index().to_dict() == expected.sort_index().to_dict()
+        assert q.raw_value.notna().all() and (q["offset"] >= 0).all()
+        landed_ids = {r[0] for r in _read(spark, t.landed(side)).select(spec.side(side).id).collect()}
+        assert landed_ids == set(getattr(pipeline, side).event_id)
+
+
+@pytest.mark.parametrize("variant,right_days,windowed", [
+    ("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)])
+def test_batch_variants_are_exact(pipeline, spark, spec, test_settings, variant, right_days, windowed):
+    from jobs.tables import Tables
+
+    out = _read(spark, Tables.of(spec, test_settings).output(variant))
+    expected, left = _expected_pairs(pipeline.left, pipeline.right, spec, right_days, windowed)
+    for ds in DAYS:
+        ids = set(left[left.ds == ds].event_id)
+        want = {p for p in expected if p[0] in ids}
+        assert _pairs(out, f"ds = '{ds}'") == want, f"{variant} {ds}"
+
+
+def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, spec, test_settings):
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    one = _pairs(_read(spark, t.output("batch_1d_1d")), "right_event_id IS NOT NULL")
+    two = _pairs(_read(spark, t.output("batch_1d_2d")), "right_event_id IS NOT NULL")
+    assert one < two  # strictly more: late clicks that landed in the next ds
+
+
+def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pipeline, spark, spec, test_settings):
+    from jobs.attribution import stream_view
+    from jobs.batch_join import join_events
+    from jobs.stream_join import JOIN_QUERY, read_progress
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    progress = read_progress(t.progress_log(JOIN_QUERY))
+    left, right = stream_view(spark, spec, _read(spark, t.landed("left")), _read(spark, t.landed("right")), progress)
+    left, right = left.cache(), right.cache()
+    assert left.where("_batch_id IS NULL").count() == 0 and right.where("_batch_id IS NULL").count() == 0
+
+    dropped = left.where("_dropped_late").count() + right.where("_dropped_late").count()
+    spark_dropped = sum(op.get("numRowsDroppedByWatermark", 0)
+                        for p in {p["batchId"]: p for p in progress}.values() for op in p["stateOperators"])
+    assert dropped == spark_dropped
+    assert dropped > 0  # the workload's hours-late clicks must cost the stream something
+
+    kept = join_events(left.where("NOT _dropped_late").drop("_batch_id", "_watermark", "_dropped_late"),
+                       right.where("NOT _dropped_late").drop("_batch_id", "_watermark", "_dropped_late"),
+                       spec, windowed=True)
+    stream = _read(spark, t.output("stream"))
+    assert stream.groupBy("left_event_id", "right_event_id").count().where("count > 1").count() == 0
+    for ds in DAYS:
+        cond = f"ds = '{ds}' AND right_event_id IS NOT NULL"
+        assert _pairs(stream, cond) == _pairs(kept, cond), ds
+
+
+def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, test_settings):
+    from jobs.compare import summary_rows
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    metrics = [r.asDict() for r in _read(spark, t.match_metrics).collect()]
+    assert {(m["ds"], m["variant"]) for m in metrics} == {
+        (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")}
+    expected, left = _expected_pairs(pipeline.left, pipeline.right, spec, 0, True)
+    for m in metrics:
+        assert m["left_events"] == int((left.ds == m["ds"]).sum())
+        if m["variant"] == "batch_1d_windowed":
+            matched = {p[0] for p in expected if p[1] is not None and p[0] in set(left[left.ds == m["ds"]].event_id)}
+            assert m["matched_left"] == len(matched)
+            assert m["match_rate"] == pytest.approx(len(matched) / m["left_events"])
+            # every windowed match lies inside the window: deltas to both bounds are >= 0
+            assert m["to_lower_p1"] >= 0 and m["to_upper_p1"] >= 0
+            assert m["to_lower_p99"] <= spec.window.span_seconds
+    rows = summary_rows(metrics)
+    assert [r["ds"] for r in rows] == DAYS
+    for r in rows:
+        assert r["batch_1d_2d"] >= r["batch_1d_1d"] >= r["batch_1d_windowed"]
+        assert r["stream_minus_windowed_pp"] == pytest.approx(100 * (r["stream"] - r["batch_1d_windowed"]))

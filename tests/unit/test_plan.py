@@ -1,0 +1,212 @@
+"""Restart planning: each kind of spec change gets the right checkpoint decision and a reason."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobs.plan import (
+    EXIT_FRESH,
+    EXIT_INVALID,
+    EXIT_OK,
+    FRESH,
+    NEEDS_FRESH,
+    NONE,
+    REPORT_ONLY,
+    REUSE,
+    REUSE_OK,
+    REUSE_WARN,
+    main,
+    plan,
+)
+from jobs.spec import load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC_FILE = ROOT / "include" / "specs" / "search_sessions.yaml"
+
+
+@pytest.fixture(scope="module")
+def base_data() -> dict:
+    return yaml.safe_load(SPEC_FILE.read_text())
+
+
+def changed(base_data: dict, edit) -> tuple:
+    data = copy.deepcopy(base_data)
+    edit(data)
+    return parse_spec(base_data), parse_spec(data)
+
+
+def _set(*path_and_value):
+    *path, value = path_and_value
+
+    def edit(d):
+        for p in path[:-1]:
+            d = d.setdefault(p, {})
+        d[path[-1]] = value
+    return edit
+
+
+def _add_column(side, name, typ):
+    def edit(d):
+        d[side]["schema"][name] = typ
+    return edit
+
+
+def _rename_key(d):
+    # join on other string columns than session_id: same types, other equi-join columns
+    d["left"]["key"] = ["query"]
+    d["right"]["key"] = ["action"]
+
+
+# (edit, field that must be reported, its effect, the plan's action)
+CASES = {
+    "window.lower": (_set("window", "lower", "-4h"), "window.lower", NEEDS_FRESH, FRESH),
+    "window.upper": (_set("window", "upper", "+1h"), "window.upper", NEEDS_FRESH, FRESH),
+    "left.key": (_rename_key, "left.key", NEEDS_FRESH, FRESH),
+    "join.type": (_set("join", "type", "inner"), "join.type", NEEDS_FRESH, FRESH),
+    "schema add nullable column": (_add_column("right", "device", "string"), "right.schema.device",
+                                   NEEDS_FRESH, FRESH),
+    "schema retype": (_set("right", "schema", "position", "long"), "right.schema.position", NEEDS_FRESH, FRESH),
+    "left.topic": (_set("left", "topic", "search_responses_v2"), "left.topic", NEEDS_FRESH, FRESH),
+    "right.event_time": (lambda d: (d["right"]["schema"].update(client_time="timestamp"),
+                                    d["right"].update(event_time="client_time")),
+                         "right.event_time", NEEDS_FRESH, FRESH),
+    "output_table": (_set("output_table", "search_sessions_joined_v2"), "output_table", NEEDS_FRESH, FRESH),
+    "pipeline": (_set("pipeline", "search_sessions_v2"), "pipeline", NEEDS_FRESH, FRESH),
+    "join.cardinality": (_set("join", "cardinality", "1-to-1"), "join.cardinality", REUSE_WARN, REUSE),
+    "right.watermark_delay": (_set("right", "watermark_delay", "3h"), "right.watermark_delay", REUSE_WARN, REUSE),
+    "shuffle_partitions": (_set("streaming", "shuffle_partitions", 8), "streaming.shuffle_partitions",
+                           REUSE_WARN, REUSE),
+    "timezone": (_set("timezone", "America/Los_Angeles"), "timezone", REUSE_WARN, REUSE),
+    "timestamp_validity": (_set("timestamp_validity", "max_past", "3d"), "timestamp_validity.max_past",
+                           REUSE_WARN, REUSE),
+    "unknown_fields": (_set("unknown_fields", "ignore"), "unknown_fields", REUSE_WARN, REUSE),
+    "trigger_interval": (_set("streaming", "trigger_interval", "30s"), "streaming.trigger_interval",
+                         REUSE_OK, REUSE),
+    "max_offsets_per_trigger": (_set("streaming", "max_offsets_per_trigger", 5000),
+                                "streaming.max_offsets_per_trigger", REUSE_OK, REUSE),
+    "left.table": (_set("left", "table", "search_responses_v2"), "left.table", REUSE_OK, REUSE),
+    "accuracy": (_set("accuracy", "tolerance_pp", 0.5), "accuracy.tolerance_pp", REPORT_ONLY, NONE),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_field_class_gets_its_action_and_a_reason_naming_the_field(base_data, case):
+    edit, field, effect, action = CASES[case]
+    old, new = changed(base_data, edit)
+    result = plan(old, new)
+    assert result.action == action, result.render()
+    by_field = {c.field: c for c in result.changes}
+    assert field in by_field, f"{field} not reported; got {list(by_field)}"
+    change = by_field[field]
+    assert change.effect == effect
+    assert field in change.reason
+    assert len(change.reason) > 40  # a real explanation, not a label
+    assert result.exit_code == (EXIT_FRESH if action == FRESH else EXIT_OK)
+
+
+def test_no_change_is_none(base_data):
+    spec = parse_spec(base_data)
+    result = plan(spec, spec)
+    assert result.action == NONE and result.changes == [] and result.exit_code == EXIT_OK
+    assert "none" in result.render()
+    assert result.to_dict() == {"action": "none", "exit_code": 0, "changes": [], "steps": ["Nothing changed."]}
+
+
+def test_reasons_cite_spark_rules_and_the_paper(base_data):
+    result = plan(*changed(base_data, _add_column("right", "device", "string")))
+    reason = result.changes[0].reason
+    assert "column added" in reason and "state schema" in reason and "§4.2" in reason
+    topic = plan(*changed(base_data, _set("left", "topic", "other"))).changes[0].reason
+    assert "not allowed" in topic
+    rate = plan(*changed(base_data, _set("streaming", "max_offsets_per_trigger", 10))).changes[0].reason
+    assert "rate" in rate and "allowed" in rate
+
+
+def test_reordered_columns_need_a_fresh_checkpoint(base_data):
+    def reorder(d):
+        d["left"]["schema"] = dict(reversed(list(d["left"]["schema"].items())))
+    result = plan(*changed(base_data, reorder))
+    assert result.action == FRESH
+    (change,) = result.changes
+    assert change.field == "left.schema" and "order" in change.reason
+
+
+def test_the_most_disruptive_change_wins_and_every_change_is_listed(base_data):
+    def several(d):
+        d["streaming"]["trigger_interval"] = "10s"
+        d["left"]["watermark_delay"] = "20m"
+        d["window"]["upper"] = "+45m"
+        d["accuracy"]["tolerance_pp"] = 3
+    result = plan(*changed(base_data, several))
+    assert result.action == FRESH
+    assert {c.field for c in result.changes} == {
+        "streaming.trigger_interval", "left.watermark_delay", "window.upper", "accuracy.tolerance_pp"}
+    assert [c.field for c in result.blocking] == ["window.upper"]
+    assert [c.field for c in result.warnings] == ["left.watermark_delay"]
+    text = result.render()
+    for c in result.changes:
+        assert c.field in text
+    assert "joinshift replay" in text and "backup" in text
+    d = result.to_dict()
+    assert json.loads(json.dumps(d)) == d  # JSON-ready
+    assert d["action"] == FRESH and d["exit_code"] == EXIT_FRESH and len(d["changes"]) == 4
+
+
+def test_cardinality_reason_explains_why_state_is_reusable(base_data):
+    result = plan(*changed(base_data, _set("join", "cardinality", "1-to-1")))
+    reason = result.changes[0].reason
+    assert "sink" in reason and "MERGE" in reason and "already written" in reason
+
+
+# ------------------------------------------------------------------------------- CLI
+
+def _write(path: Path, data: dict) -> str:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def test_cli_exit_codes(base_data, tmp_path, capsys):
+    deployed = _write(tmp_path / "deployed.yaml", base_data)
+    same = _write(tmp_path / "same.yaml", base_data)
+    reuse = copy.deepcopy(base_data)
+    reuse["streaming"]["trigger_interval"] = "30s"
+    fresh = copy.deepcopy(base_data)
+    fresh["window"]["lower"] = "-6h"
+
+    assert main(["--deployed", deployed, "--proposed", same]) == EXIT_OK
+    assert "Restart plan: none" in capsys.readouterr().out
+
+    assert main(["--deployed", deployed, "--proposed", _write(tmp_path / "reuse.yaml", reuse)]) == EXIT_OK
+    assert "reuse_checkpoint" in capsys.readouterr().out
+
+    rc = main(["--deployed", deployed, "--proposed", _write(tmp_path / "fresh.yaml", fresh), "--json"])
+    assert rc == EXIT_FRESH == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["action"] == "fresh_checkpoint_and_replay"
+    assert out["changes"][0]["field"] == "window.lower" and out["changes"][0]["old"] == "-3h"
+
+
+def test_cli_invalid_spec_names_the_file_and_the_field(base_data, tmp_path, capsys):
+    deployed = _write(tmp_path / "deployed.yaml", base_data)
+    bad = copy.deepcopy(base_data)
+    bad["join"]["type"] = "full_outer"
+    bad_file = _write(tmp_path / "bad.yaml", bad)
+    assert main(["--deployed", deployed, "--proposed", bad_file]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "join.type" in err
+
+    missing = str(tmp_path / "nope.yaml")
+    assert main(["--deployed", missing, "--proposed", deployed]) == EXIT_INVALID
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_loaded_spec_files_compare_like_parsed_ones():
+    spec = load_spec(SPEC_FILE)
+    assert plan(spec, spec.with_window(spec.window.lower, spec.window.upper)).action == NONE
+    wider = spec.with_window(spec.window.lower, spec.window.upper * 2)
+    assert plan(spec, wider).action == FRESH
