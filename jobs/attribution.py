@@ -83,3 +83,89 @@ def stream_view(spark: SparkSession, spec: JoinSpec, left: DataFrame, right: Dat
         with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time),
         with_processing_watermark(spark, right, spec.right.topic, progress, spec.right.event_time),
     )
+
+
+#: Why a left event the baseline matched has no stream match, checked in this order.
+CAUSES = ("left_late", "late_right", "outside_window", "not_yet_processed", "other")
+
+
+def attribute_misses(spark: SparkSession, spec: JoinSpec, ds, *, baseline: str | None = None,
+                     s=None, samples: int = 10) -> dict:
+    """Per ds: every left event the baseline matched and the stream did not, by cause; and the
+    reverse, what the stream matched that ``batch_1d_1d`` missed (the midnight cut-off gain).
+
+    Causes: ``left_late`` (the left event itself was behind the watermark), ``late_right`` (every
+    right event in its window arrived after the watermark passed it), ``outside_window`` (the
+    baseline's matches all lie outside the stream's window), ``not_yet_processed`` (the stream has
+    not read them yet), ``other``. Quarantined records are missed by batch and stream alike and
+    are counted apart.
+    """
+    from datetime import timedelta
+
+    from jobs import delta_io
+    from jobs.stream_join import JOIN_QUERY, read_progress
+    from jobs.tables import Tables
+
+    tables = Tables.of(spec, s)
+    baseline = baseline or spec.accuracy.baseline
+    left_id, right_id = f"left_{spec.left.id}", f"right_{spec.right.id}"
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
+    landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
+    landed_r = delta_io.read_table(spark, tables.landed("right")).where(
+        F.col("ds").between(F.lit(ds - timedelta(days=1)), F.lit(ds + timedelta(days=1))))
+    left, right = stream_view(spark, spec, landed_l, landed_r, progress)
+
+    def matched(variant: str) -> DataFrame:
+        out = delta_io.read_table(spark, tables.output(variant)).where(F.col("ds") == F.lit(ds))
+        return out.where(F.col(right_id).isNotNull()).select(F.col(left_id).alias("_lid")).distinct()
+
+    stream_m, base_m = matched("stream"), matched(baseline)
+    missed = base_m.join(stream_m, "_lid", "left_anti")
+    missed_left = left.join(missed, left[spec.left.id] == missed["_lid"]).drop("_lid")
+    # the stream's window candidates of each missed left, with what the stream did with them
+    from jobs.batch_join import col_name, key_condition, window_condition
+
+    lcols = [F.col(c).alias(col_name("left", c)) for c in [*spec.left.schema_, "_dropped_late"]]
+    rcols = [F.col(c).alias(col_name("right", c)) for c in [*spec.right.schema_, "_batch_id", "_dropped_late"]]
+    cand = missed_left.select(*lcols).join(right.select(*rcols), key_condition(spec) & window_condition(spec), "left")
+    per_left = cand.groupBy(left_id, col_name("left", spec.left.event_time), "left_dropped_late").agg(
+        F.count(right_id).alias("n"),
+        F.sum(F.when(F.col("right_dropped_late"), 1).otherwise(0)).alias("n_late"),
+        F.sum(F.when(F.col("right_batch_id").isNull() & F.col(right_id).isNotNull(), 1).otherwise(0)).alias("n_unread"),
+    )
+    cause = (F.when(F.col("left_dropped_late"), "left_late")
+             .when(F.col("n") == 0, "outside_window")
+             .when(F.col("n_late") == F.col("n"), "late_right")
+             .when(F.col("n_unread") > 0, "not_yet_processed")
+             .otherwise("other"))
+    hour = F.hour(F.from_utc_timestamp(F.col(col_name("left", spec.left.event_time)), spec.timezone))
+    classified = per_left.select(F.col(left_id).alias("event_id"), cause.alias("cause"), hour.alias("hour")).cache()
+    rows = classified.collect()
+    classified.unpersist()
+
+    gain = stream_m.join(matched("batch_1d_1d"), "_lid", "left_anti") \
+        if delta_io.table_exists(spark, tables.output("batch_1d_1d")) else None
+    gain_ids = [r._lid for r in gain.collect()] if gain is not None else []
+    quarantined = {}
+    if delta_io.table_exists(spark, tables.quarantine):
+        quarantined = {r["stream"]: r["n"] for r in spark.read.format("delta").load(tables.quarantine)
+                       .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
+                       .groupBy("stream").agg(F.count("*").alias("n")).collect()}
+
+    counts = {c: 0 for c in CAUSES}
+    by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}
+    sample_ids: dict[str, list[str]] = {c: [] for c in CAUSES}
+    for r in rows:
+        counts[r.cause] += 1
+        by_hour[r.hour][r.cause] += 1
+        if len(sample_ids[r.cause]) < samples:
+            sample_ids[r.cause].append(r.event_id)
+    return {
+        "ds": str(ds),
+        "baseline": baseline,
+        "missed_by_stream": len(rows),
+        "counts": {**counts, "midnight_gain": len(gain_ids)},
+        "by_hour": [{"hour": h, **by_hour[h]} for h in range(24)],
+        "samples": {**{c: ids for c, ids in sample_ids.items() if ids}, "midnight_gain": sorted(gain_ids)[:samples]},
+        "quarantined": quarantined,
+    }

@@ -116,8 +116,7 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date,
     """I/O shell: read landed partitions, join, replace the output's ds partition. Returns rows written."""
     tables = Tables.of(spec, s)
     days = right_days(spec, variant, ds)
-    landed = set(landed_days(spark, tables, "right"))
-    missing = [d for d in days if d not in landed]
+    missing = missing_days(days, landed_days(spark, tables, "right"))
     if missing:
         raise RuntimeError(
             f"{variant} for ds={ds} needs right-stream partitions {', '.join(map(str, missing))}, "
@@ -141,10 +140,17 @@ def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
     return sorted(r.ds for r in rows)
 
 
+def missing_days(needed: list[date], landed: list[date]) -> list[date]:
+    """Needed partitions not landed yet. Days before the first landed day are history the
+    pipeline never had: they count as landed (and empty), not as missing."""
+    first = min(landed) if landed else None
+    return [d for d in needed if d not in landed and (first is None or d >= first)]
+
+
 def ready_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[str]:
     """The variants whose right-stream partitions for ``ds`` have all landed."""
-    landed = set(landed_days(spark, Tables.of(spec, s), "right"))
-    return [v for v in BATCH_VARIANTS if all(d in landed for d in right_days(spec, v, ds))]
+    landed = landed_days(spark, Tables.of(spec, s), "right")
+    return [v for v in BATCH_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,9 +52,10 @@ _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9A-Za-z-]+)?\.(changelog|zip|delta|snaps
 STATE_BYTES_NOTE = (
     "rows: rows the state data source returns for the side (format 'statestore', option joinSide) at the "
     "last committed batch; json_bytes: sum over those rows of octet_length(to_json(key)) + "
-    "octet_length(to_json(value)) (the value without the join's internal 'matched' flag), a proxy for the logical size of the buffered rows (not RocksDB's "
-    "encoded, compressed size); disk_bytes: size of the side's store files under state/ (changelogs and "
-    "snapshots of every retained version, so an upper bound of what a restart reads)."
+    "octet_length(to_json(value)) (the value without the join's internal 'matched' flag), a proxy for "
+    "the logical size of the buffered rows (not RocksDB's encoded, compressed size); disk_bytes: size of "
+    "the side's store files under state/ (changelogs and snapshots of every retained version, so an upper "
+    "bound of what a restart reads)."
 )
 
 

@@ -112,7 +112,7 @@ def cmd_compare(args) -> int:
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-compare")
     rows = [m for ds in _ds_range(args) for m in compare_ds(spark, spec, ds)]
-    Console().print(render_table(rows))
+    Console(width=max(140, Console().width)).print(render_table(rows))
     return 0
 
 

@@ -119,8 +119,8 @@ def render_table(metrics: list[dict]):
     """The comparison as a rich Table (what the demo and ``joinshift compare`` print)."""
     from rich.table import Table
 
-    t = Table(title="match rate per ds (matched left ÷ left) and window-boundary deltas (stream)")
-    for h in ("ds", *VARIANTS, "stream−windowed (pp)", "p99 to lower", "p99 to upper"):
+    t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
+    for h in ("ds", *VARIANTS, "stream-windowed(pp)", "p99 to lower", "p99 to upper"):
         t.add_column(h, justify="right")
     for r in summary_rows(metrics):
         pp = r.get("stream_minus_windowed_pp")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec, spark = load_spec(args.spec), get_spark("joinshift-compare")
     rows = [m for ds in args.ds for m in compare_ds(spark, spec, ds)]
-    Console().print(render_table(rows))
+    Console(width=max(140, Console().width)).print(render_table(rows))
     return 0
 
 

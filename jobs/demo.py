@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from jobs.airflow_env import apply_airflow_env
 from jobs.settings import PROJECT_ROOT, settings
 
-console = Console()
+console = Console(width=max(140, Console().width))
 
 
 def _ensure_airflow_db(env: dict) -> None:

@@ -174,8 +174,9 @@ RULES: list[tuple[str, str, str]] = [
     ("side.schema.*", NEEDS_FRESH,
      "{field}: the join buffers every schema column of both sides as state, so adding (even a nullable "
      "payload column), removing or retyping a column changes the join's state schema. "
-     f"{_GUIDE}: changes in the schema of a stream-stream join are not allowed (Spark's state schema check "
-     "refuses the restart); unlike Puma (paper §4.2), Spark cannot append a column to existing state."),
+     f"{_GUIDE}: changes in the schema of a stream-stream join are not allowed (Spark 4.2 refuses the "
+     "restart with STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE, checked); unlike Puma (paper §4.2), Spark "
+     "cannot append a column to existing state."),
     ("side.key", NEEDS_FRESH,
      "{field} is the equi-join column set, i.e. the state store's key: "
      f"{_GUIDE}: changes in equi-joining columns are not allowed; paper §4.2: the join equality must be "
@@ -186,14 +187,15 @@ RULES: list[tuple[str, str, str]] = [
      "checkpoint and replay."),
     ("window.lower", NEEDS_FRESH,
      "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
-     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark would restart, but rows "
-     "evicted under the old bound are gone (a wider window silently misses matches) and left rows already "
-     "emitted as non-matches stay so. Fresh checkpoint and replay to get the new window's exact result."),
+     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
+     "(checked), but rows evicted under the old bound are gone (a wider window silently misses matches) "
+     "and left rows already emitted as non-matches stay so. Fresh checkpoint and replay to get the new "
+     "window's exact result."),
     ("window.upper", NEEDS_FRESH,
      "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
-     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark would restart, but rows "
-     "evicted or left rows already emitted as non-matches under the old bound stay as they were. Fresh "
-     "checkpoint and replay to get the new window's exact result."),
+     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
+     "(checked), but rows evicted or left rows already emitted as non-matches under the old bound stay as "
+     "they were. Fresh checkpoint and replay to get the new window's exact result."),
     ("join.type", NEEDS_FRESH,
      f"{{field}} (inner vs left outer) changes the stateful join operator: {_GUIDE}: changes in join type "
      "(outer or inner) are not allowed. Fresh checkpoint and replay."),
@@ -211,10 +213,10 @@ RULES: list[tuple[str, str, str]] = [
      "recover matches the sink already dropped. Replay into a new output table if history must be uniform."),
     ("side.watermark_delay", REUSE_WARN,
      "{field}: Spark allows changing watermark delays between restarts (the delay is not in the state "
-     "schema; the checkpoint keeps the current watermark). It changes which late rows are dropped and when "
-     "state is evicted and left non-matches are emitted: a shorter delay drops more late rows at once; a "
-     "longer one only helps once event time advances, because Spark's watermark never moves back and rows "
-     "already evicted are gone."),
+     "schema; the checkpoint keeps the current watermark; a Spark 4.2 restart with other delays runs, "
+     "checked). It changes which late rows are dropped and when state is evicted and left non-matches are "
+     "emitted: a shorter delay drops more late rows at once; a longer one only helps once event time "
+     "advances, because Spark's watermark never moves back and rows already evicted are gone."),
     ("streaming.shuffle_partitions", REUSE_WARN,
      "{field} is fixed by the checkpoint: the state is partitioned by it and Spark restores "
      "spark.sql.shuffle.partitions from the checkpoint's offset log, ignoring the new value. Reusing is safe, "

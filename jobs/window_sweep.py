@@ -201,18 +201,11 @@ def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
     return [*([-1] if lower_s < 0 else []), 0, *([1] if upper_s > 0 else [])]
 
 
-def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
-          *, right_days: str = "all") -> pd.DataFrame:
-    """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
-
-    One Spark job: 1 join + 2 aggregations, whatever ``len(candidates)``. Returns a pandas frame
-    with :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
-
-    Example::
-
-        rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
-                      right_days="same")
-    """
+def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
+                 *, right_days: str = "all") -> DataFrame:
+    """The lazy core of :func:`sweep`: one row per ds with ``left_events``, ``_c<k>`` (matched left
+    events of candidate ``k``), ``_slt<i>`` (pairs with d < lower ``i``) and ``_sle<j>`` (pairs with
+    d <= upper ``j``), candidates, lowers and uppers in :func:`_check_candidates` / sorted order."""
     if right_days not in RIGHT_DAYS:
         raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
     cands = _check_candidates(candidates)
@@ -247,15 +240,32 @@ def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequenc
         *[F.count(F.when(F.col("_d") <= us(b), True)).alias(f"_le{j}") for j, b in enumerate(uppers)],
     )
     li = {a: i for i, a in enumerate(lowers)}
-    uj = {b: j for j, b in enumerate(uppers)}
-    per_ds = per_left.groupBy("ds").agg(
+    return per_left.groupBy("ds").agg(
         F.count(F.lit(1)).alias("left_events"),
         *[F.count(F.when(F.col(f"_m{li[a]}") <= us(b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
         *[F.sum(f"_lt{i}").alias(f"_slt{i}") for i in range(len(lowers))],
         *[F.sum(f"_le{j}").alias(f"_sle{j}") for j in range(len(uppers))],
     )
+
+
+def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
+          *, right_days: str = "all") -> pd.DataFrame:
+    """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
+
+    One Spark job: 1 join + 2 aggregations, whatever ``len(candidates)``. Returns a pandas frame
+    with :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
+
+    Example::
+
+        rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
+                      right_days="same")
+    """
+    counts = sweep_counts(left, right, spec, candidates, right_days=right_days)
+    cands = _check_candidates(candidates)
+    li = {a: i for i, a in enumerate(sorted({a for a, _ in cands}))}
+    uj = {b: j for j, b in enumerate(sorted({b for _, b in cands}))}
     rows = []
-    for r in per_ds.collect():
+    for r in counts.collect():
         n = int(r["left_events"])
         for k, (a, b) in enumerate(cands):
             matched = int(r[f"_c{k}"])

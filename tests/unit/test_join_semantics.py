@@ -171,3 +171,15 @@ def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late
     s.feed([], [("R_late", "c", "12:04:00", "12:32:00")])   # in L2's window but behind the watermark
     assert ("L2", "R_late") not in s.output()
     assert sorted(s.output()) == [("L1", "R1"), ("L2", None), ("L3", "R9"), ("L4", "R8")]
+
+
+def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
+    from jobs.batch_join import missing_days, right_days
+
+    d = date(2026, 11, 20)
+    assert right_days(make_spec(), "batch_1d_2d", d) == [date(2026, 11, 19), d, date(2026, 11, 21)]
+    assert right_days(make_spec(window={"lower": "0s", "upper": "+1h"}), "batch_1d_2d", d) == [d, date(2026, 11, 21)]
+    assert right_days(make_spec(window={"lower": "-1h", "upper": "0s"}), "batch_1d_2d", d) == [date(2026, 11, 19), d]
+    assert right_days(make_spec(), "batch_1d_windowed", d) == [d]
+    # the day before the first landed day is history the pipeline never had, not a gap
+    assert missing_days([date(2026, 11, 19), d, date(2026, 11, 21)], [d]) == [date(2026, 11, 21)]
