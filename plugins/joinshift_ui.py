@@ -1,0 +1,547 @@
+"""Join accuracy: a page in the Airflow UI with the latest accuracy report of every pipeline.
+
+An Airflow 3 plugin (``AirflowPlugin``, Airflow >= 3.1):
+
+* ``fastapi_apps``: a FastAPI app mounted by the api-server under ``/joinshift``:
+
+  - ``GET /joinshift/`` the overview: one section per ``<reports_root>/<pipeline>/`` folder with
+    the newest day's match rates and their trend, the stream-vs-baseline verdict, the window
+    recommendation against the deployed window, the data quality gates, links to the daily
+    reports and to the runbooks;
+  - ``GET /joinshift/reports/<pipeline>/<ds>/report.html`` (and ``report.json``, the plot PNGs,
+    ``<pipeline>/index.html``, ``latest.json``): the files ``jobs.report.publish_report``
+    wrote, served read-only from the reports root; anything resolving outside it (``..``,
+    absolute paths, symlinks out), hidden files and other file types are refused;
+  - ``GET /joinshift/runbooks/<name>.md``: a runbook from ``include/runbooks/``, rendered.
+
+* ``external_views``: a "Join accuracy" entry on the Airflow nav bar that opens ``joinshift/``
+  inside the Airflow UI (an iframe at ``/plugin/join-accuracy``).
+
+Auth: every route of the app depends on :func:`require_user`, which resolves the caller with
+Airflow's own ``airflow.api_fastapi.core_api.security.get_user`` (a ``Authorization: Bearer``
+JWT, else the UI's ``_token`` cookie, validated by the configured auth manager) and then asks
+the auth manager whether the user may read DAG runs (``is_authorized_dag(GET, RUN)``: the
+reports summarise the joinshift DAGs' runs). No token: 401, or for a browser (``Accept:
+text/html``) a redirect to the auth manager's login page that comes back here; invalid or
+expired token: 401/403; not allowed: 403.
+
+The reports root is ``jobs.settings.settings().path("reports")`` (``<storage_root>/reports``),
+read on each request. The module imports only FastAPI and Airflow's plugin base class: the
+plugin is imported by every Airflow process and must never break the api-server, so the
+project's modules are imported inside the request handlers, and a missing reports folder, an
+unreadable report or a missing project module renders as a message on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from airflow.plugins_manager import AirflowPlugin
+
+log = logging.getLogger(__name__)
+
+URL_PREFIX = "/joinshift"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "joinshift_ui_templates"
+#: Days of match-rate history drawn in the trend (from the newest report's ``match_rates``).
+TREND_DAYS = 14
+#: Daily reports listed per pipeline (the rest through the pipeline's ``index.html``).
+RECENT_REPORTS = 7
+#: File types served from the reports root (what ``jobs.report`` writes).
+SERVED_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json",
+                ".png": "image/png", ".svg": "image/svg+xml"}
+EMPTY_STATE = "No accuracy reports yet — run joinshift demo or the joinshift_report DAG."
+#: Served pages are self-contained (inline CSS, data: images, no scripts); framed only by Airflow.
+_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
+        "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+# --------------------------------------------------------------------------------------------
+# Auth: Airflow's own user resolution and authorization
+# --------------------------------------------------------------------------------------------
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+async def require_user(request: Request,
+                       bearer: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Any:
+    """The logged-in Airflow user allowed to read DAG runs; else 401/403.
+
+    Imported lazily: ``core_api.security`` pulls in the ORM models, which only the api-server
+    (where it is already loaded) needs.
+    """
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import get_user
+
+    user = await get_user(request=request, _oauth_token=None, bearer_credentials=bearer)
+    if not get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
+                                                user=user):
+        raise HTTPException(status_code=403, detail="Forbidden: reading DAG runs is required")
+    return user
+
+
+def _wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+async def _auth_error(request: Request, exc: HTTPException) -> Response:
+    """401 for a browser: to the login page, back here afterwards; everything else as JSON."""
+    if exc.status_code == 401 and request.method == "GET" and _wants_html(request):
+        try:
+            from airflow.api_fastapi.app import get_auth_manager
+
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=target), status_code=307)
+        except Exception:  # no auth manager (e.g. the app outside the api-server): plain 401
+            log.debug("no login redirect", exc_info=True)
+    if exc.status_code == 404 and _wants_html(request):
+        return HTMLResponse(_message_page(request, "Not found", str(exc.detail)), status_code=404,
+                            headers={"Content-Security-Policy": _CSP})
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
+# --------------------------------------------------------------------------------------------
+# Where the files are
+# --------------------------------------------------------------------------------------------
+
+
+def default_reports_root() -> Path | None:
+    """``<storage_root>/reports`` when the storage root is a local path; else None."""
+    from jobs.settings import settings
+
+    root = settings().path("reports")
+    if "://" in root and not root.startswith("file://"):
+        return None  # object storage: not served by this page
+    return Path(root.removeprefix("file://"))
+
+
+def _reports_root(request: Request) -> Path | None:
+    override = getattr(request.app.state, "reports_root", None)
+    return Path(override) if override is not None else default_reports_root()
+
+
+def _project_root() -> Path:
+    from jobs.settings import PROJECT_ROOT
+
+    return Path(PROJECT_ROOT)
+
+
+def safe_file(root: Path, rel: str, allowed: dict[str, str] | set[str]) -> Path:
+    """``root/rel`` if it is an existing regular file inside ``root`` with an allowed suffix;
+    else ``HTTPException(404)``. Refuses ``..``, empty and hidden segments, backslashes, NULs
+    and absolute paths before touching the disk, and anything whose resolved path (symlinks
+    followed) leaves ``root``."""
+    parts = rel.split("/")
+    if (not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel
+            or any(p in ("", ".", "..") or p.startswith(".") for p in parts)):
+        raise HTTPException(status_code=404, detail="No such file")
+    try:
+        base = root.resolve(strict=True)
+        target = (base / rel).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise HTTPException(status_code=404, detail="No such file") from None
+    if not target.is_relative_to(base) or not target.is_file() or target.suffix.lower() not in allowed:
+        raise HTTPException(status_code=404, detail="No such file")
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# The overview model: reports folders in, plain values for the template out
+# --------------------------------------------------------------------------------------------
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _svg_number(v: float) -> str:
+    return f"{v:.1f}"
+
+
+def trend_chart(days: list[str], series: list[dict], width: int = 460, height: int = 170) -> str:
+    """All variants on one y-scale (percent), ds labels at both ends; '' without data."""
+    vals = [v for s in series for v in s["values"] if v is not None]
+    if len(days) < 2 or not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    margin = max((hi - lo) * 0.12, 0.0005)
+    lo, hi = lo - margin, hi + margin
+    left, right, top, bottom = 52, 10, 10, 24
+    pw, ph = width - left - right, height - top - bottom
+
+    def x(i: int) -> float:
+        return left + pw * i / (len(days) - 1)
+
+    def y(v: float) -> float:
+        return top + ph * (1 - (v - lo) / (hi - lo))
+
+    out = [f'<svg class="trend" width="100%" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="match rate per day">']
+    for k in range(4):  # horizontal grid with percent labels
+        v = lo + (hi - lo) * k / 3
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_svg_number(y(v))}" '
+                   f'y2="{_svg_number(y(v))}" stroke="#eef2f7"/>')
+        out.append(f'<text x="{left - 6}" y="{_svg_number(y(v) + 4)}" text-anchor="end" '
+                   f'class="ax">{100 * v:.1f}%</text>')
+    for i, anchor in ((0, "start"), (len(days) - 1, "end")):
+        out.append(f'<text x="{_svg_number(x(i))}" y="{height - 6}" text-anchor="{anchor}" '
+                   f'class="ax">{days[i]}</text>')
+    for s in series:
+        pts = [(x(i), y(v)) for i, v in enumerate(s["values"]) if v is not None]
+        if not pts:
+            continue
+        d = " ".join(f"{'M' if k == 0 else 'L'}{_svg_number(px)},{_svg_number(py)}"
+                     for k, (px, py) in enumerate(pts))
+        width_px = "2.4" if s["variant"] == "stream" else "1.6"
+        out.append(f'<path d="{d}" fill="none" stroke="{s["color"]}" stroke-width="{width_px}" '
+                   f'stroke-linejoin="round"/>')
+        out.append(f'<circle cx="{_svg_number(pts[-1][0])}" cy="{_svg_number(pts[-1][1])}" r="3" '
+                   f'fill="{s["color"]}"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _q(*parts: str) -> str:
+    return "/".join(quote(str(p), safe="") for p in parts)
+
+
+def _match_rates(data: dict, report_mod: Any) -> dict | None:
+    """Latest value, change, average and trend per variant over the last ``TREND_DAYS`` ds."""
+    by_ds: dict[str, dict[str, float]] = {}
+    for r in data.get("match_rates") or []:
+        if not isinstance(r, dict) or r.get("ds") is None or r.get("variant") is None:
+            continue
+        rate = _num(r.get("match_rate"))
+        if rate is None:
+            left, matched = _num(r.get("left_events")), _num(r.get("matched_left"))
+            rate = matched / left if left and matched is not None else None
+        if rate is not None:
+            by_ds.setdefault(str(r["ds"]), {})[str(r["variant"])] = rate
+    if not by_ds:
+        return None
+    days = sorted(by_ds)[-TREND_DAYS:]
+    present = {v for d in days for v in by_ds[d]}
+    known = list(report_mod.VARIANTS)
+    variants = [v for v in known if v in present] + sorted(present - set(known))
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    baseline = str(spec.get("baseline") or "batch_1d_windowed")
+    rows = []
+    for v in variants:
+        values = [by_ds[d].get(v) for d in days]
+        known_vals = [x for x in values if x is not None]
+        latest = values[-1]
+        prev = next((x for x in reversed(values[:-1]) if x is not None), None)
+        color = report_mod.VARIANT_COLORS.get(v, "#64748b")
+        rows.append({
+            "variant": v, "label": report_mod.VARIANT_LABELS.get(v, v), "color": color,
+            "values": values, "latest": report_mod.fmt_pct(latest),
+            "change": report_mod.fmt_pp(100 * (latest - prev)) if latest is not None and prev is not None else "—",
+            "change_sign": 0 if latest is None or prev is None else (1 if latest > prev else -1 if latest < prev else 0),
+            "avg": report_mod.fmt_pct(sum(known_vals) / len(known_vals)) if known_vals else "—",
+            "is_baseline": v == baseline, "is_stream": v == "stream",
+        })
+    return {"days": days, "first": days[0], "last": days[-1], "rows": rows,
+            "chart": trend_chart(days, rows)}
+
+
+def _recommendation(data: dict, report_mod: Any) -> dict | None:
+    rec = data.get("recommendation")
+    if not isinstance(rec, dict):
+        return None
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    new = rec.get("window")
+    if not new and _num(rec.get("lower_s")) is not None and _num(rec.get("upper_s")) is not None:
+        new = report_mod.fmt_window(rec["lower_s"], rec["upper_s"])
+    old = deployed.get("window") or spec.get("window")
+    sentence = report_mod.recommendation_sentence(rec, spec)
+    verb = sentence.split(" ", 1)[0] if sentence else None
+    pred, base = _num(rec.get("predicted_match_rate")), _num(rec.get("baseline_match_rate"))
+    return {
+        "deployed": old or "—", "recommended": new or "—",
+        "change": (verb or "").lower() if verb in ("Narrow", "Widen", "Shift", "Keep") else None,
+        "sentence": sentence,
+        "rows": [
+            ("Match rate", report_mod.fmt_pct(deployed.get("match_rate")), report_mod.fmt_pct(pred)),
+            ("Memory", report_mod.fmt_bytes(deployed.get("memory_bytes")),
+             report_mod.fmt_bytes(rec.get("predicted_memory_bytes"))),
+            ("Output latency", report_mod.fmt_duration(deployed.get("output_latency_s")),
+             report_mod.fmt_duration(rec.get("output_latency_s"))),
+        ],
+        "share": report_mod.fmt_pct(pred / base, 1) if pred is not None and base else None,
+        "target": report_mod.fmt_pct(rec.get("target_share"), 1) if _num(rec.get("target_share")) is not None else None,
+        "reasons": [str(r) for r in rec.get("reasons") or [] if r][:3],
+    }
+
+
+def _gates(data: dict) -> list[dict]:
+    out = []
+    for g in data.get("gates") or []:
+        if not isinstance(g, dict):
+            continue
+        ok = g.get("success") is True
+        detail = []
+        if _num(g.get("evaluated")) is not None:
+            detail.append(f"{int(g['evaluated'])} checks")
+        if _num(g.get("failed")):
+            detail.append(f"{int(g['failed'])} failed")
+        out.append({"suite": str(g.get("suite") or "gate"), "ok": ok,
+                    "unknown": g.get("success") is None,
+                    "title": " · ".join([str(g.get("summary") or ""), *detail]).strip(" ·")})
+    return out
+
+
+def _runbooks(data: dict) -> list[dict]:
+    """``runbooks`` entries as links: URLs as they are, ``include/runbooks/<name>.md`` through
+    the plugin (``runbooks/<name>.md``); ``exists`` says whether the file is in this checkout."""
+    out = []
+    try:
+        rb_dir = _project_root() / "include" / "runbooks"
+    except Exception:
+        rb_dir = None
+    for rb in data.get("runbooks") or []:
+        if not isinstance(rb, dict):
+            continue
+        path = str(rb.get("path") or rb.get("url") or "")
+        title = str(rb.get("title") or path or "runbook")
+        item = {"title": title, "path": path, "href": None, "exists": False, "external": False}
+        if re.match(r"^https?://", path):
+            item.update(href=path, exists=True, external=True)
+        else:
+            rel = path.removeprefix("./").removeprefix("include/runbooks/")
+            if rel and all(_SAFE_NAME.match(p) for p in rel.split("/")) and rel.endswith(".md"):
+                item["href"] = "runbooks/" + _q(*rel.split("/"))
+                item["exists"] = bool(rb_dir and (rb_dir / rel).is_file())
+        out.append(item)
+    return out
+
+
+def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
+    rows = []
+    for ds in days[:RECENT_REPORTS]:
+        try:
+            row = dict(report_mod._index_row(pdir, ds))  # the same numbers as the pipeline's index.html
+        except Exception:
+            row = {"ds": ds, "stream": "—", "base": "—", "diff": "—", "status": "unknown",
+                   "status_label": "no data yet"}
+        row["href"] = "reports/" + _q(pdir.name, ds, "report.html")
+        row["json"] = "reports/" + _q(pdir.name, ds, "report.json")
+        rows.append(row)
+    return rows
+
+
+def _pipeline(pdir: Path, report_mod: Any) -> dict:
+    name = pdir.name
+    p: dict[str, Any] = {"name": name, "error": None, "days": [], "n_reports": 0}
+    days = sorted((d.name for d in pdir.iterdir()
+                   if d.is_dir() and not d.name.startswith(".") and (d / "report.json").is_file()),
+                  reverse=True)
+    p["n_reports"] = len(days)
+    if not days:
+        return p
+    newest = days[0]
+    try:  # latest.json wins when it names a day that has a report (a backfill never moves it back)
+        latest = json.loads((pdir / "latest.json").read_text(encoding="utf-8"))
+        if isinstance(latest, dict) and str(latest.get("ds")) in days:
+            newest = str(latest["ds"])
+    except (OSError, ValueError):
+        pass
+    p["ds"] = newest
+    p["report_href"] = "reports/" + _q(name, newest, "report.html")
+    p["index_href"] = "reports/" + _q(name, "index.html") if (pdir / "index.html").is_file() else None
+    p["days"] = _day_rows(pdir, days, report_mod)
+    try:
+        data = json.loads((pdir / newest / "report.json").read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("report.json is not an object")
+    except (OSError, ValueError) as e:
+        p["error"] = f"The newest report ({newest}) could not be read: {e}"
+        return p
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    head = next((r for r in p["days"] if r["ds"] == newest), None) or {}
+    tol = _num(spec.get("tolerance_pp"))
+    baseline = str(spec.get("baseline") or "batch_1d_windowed")
+    p.update(
+        generated_at=report_mod.fmt_timestamp(data.get("generated_at")) if data.get("generated_at") else None,
+        status=head.get("status", "unknown"), status_label=head.get("status_label", "no data yet"),
+        stream=head.get("stream", "—"), base=head.get("base", "—"), diff=head.get("diff", "—"),
+        baseline_label=report_mod.VARIANT_LABELS.get(baseline, baseline),
+        tolerance=f"{tol:.2f} pp" if tol is not None else None,
+        window=spec.get("window"),
+        match_rates=_match_rates(data, report_mod),
+        recommendation=_recommendation(data, report_mod),
+        gates=_gates(data),
+        runbooks=_runbooks(data),
+    )
+    p["gates_failed"] = sum(1 for g in p["gates"] if not g["ok"] and not g["unknown"])
+    p["diff_class"] = ""
+    mr = p["match_rates"]
+    if mr and tol is not None and mr["last"] == newest:
+        latest = {r["variant"]: r["values"][-1] for r in mr["rows"]}
+        s, b = latest.get("stream"), latest.get(baseline)
+        if s is not None and b is not None:
+            p["diff_class"] = "good" if 100 * (s - b) >= -tol - 1e-9 else "bad"
+    return p
+
+
+def overview(reports_root: Path | None) -> dict:
+    """Everything the page shows; never raises for missing or malformed files."""
+    model: dict[str, Any] = {"reports_root": str(reports_root) if reports_root else None,
+                             "pipelines": [], "error": None, "empty_state": EMPTY_STATE}
+    if reports_root is None:
+        model["error"] = "The storage root is not a local path, so this page cannot read its reports."
+        return model
+    try:
+        import jobs.report as report_mod
+    except Exception as e:  # the project is not on the api-server's PYTHONPATH
+        model["error"] = f"The joinshift project could not be imported ({type(e).__name__}: {e})."
+        return model
+    if not reports_root.is_dir():
+        return model
+    try:
+        dirs = sorted(d for d in reports_root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    except OSError as e:
+        model["error"] = f"The reports folder could not be listed: {e}"
+        return model
+    for pdir in dirs:
+        try:
+            model["pipelines"].append(_pipeline(pdir, report_mod))
+        except Exception as e:  # one broken pipeline folder must not hide the others
+            log.warning("joinshift UI: pipeline %s could not be read", pdir, exc_info=True)
+            model["pipelines"].append({"name": pdir.name, "error": f"{type(e).__name__}: {e}",
+                                       "days": [], "n_reports": 0})
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+_ENV = None
+
+
+def _env():
+    global _ENV
+    if _ENV is None:
+        import jinja2
+
+        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+                                  autoescape=True, trim_blocks=True, lstrip_blocks=True)
+        _ENV.filters["safe_svg"] = lambda s: __import__("markupsafe").Markup(s)
+    return _ENV
+
+
+_PLAIN_CSS = ("body{font:15px/1.6 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;"
+              "color:#0f172a;background:#f8fafc;margin:0}main{max-width:820px;margin:0 auto;padding:28px 24px}"
+              "a{color:#1d4ed8}code,pre{font:13px/1.45 ui-monospace,'DejaVu Sans Mono',monospace;"
+              "background:#f1f5f9;border-radius:4px}code{padding:1px 5px}pre{padding:10px 12px;overflow:auto}")
+
+
+def _home(request: Request) -> str:
+    """The overview's URL path (the mount point, including any ``[api] base_url`` path)."""
+    return (request.scope.get("root_path") or URL_PREFIX).rstrip("/") + "/"
+
+
+def _message_page(request: Request, title: str, text: str) -> str:
+    from markupsafe import escape
+
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f'<style>{_PLAIN_CSS}</style></head><body><main><p><a href="{escape(_home(request))}">'
+            f'&larr; Join accuracy</a></p><h1>{escape(title)}</h1><p>{escape(text)}</p></main></body></html>')
+
+
+def _render_markdown(text: str) -> str:
+    try:
+        from markdown_it import MarkdownIt
+
+        return MarkdownIt("commonmark", {"html": False}).render(text)
+    except Exception:
+        from markupsafe import escape
+
+        return f"<pre>{escape(text)}</pre>"
+
+
+# --------------------------------------------------------------------------------------------
+# The app
+# --------------------------------------------------------------------------------------------
+
+
+def create_app(reports_root: Path | str | None = None) -> FastAPI:
+    """The plugin's FastAPI app; ``reports_root`` overrides the settings (tests)."""
+    app = FastAPI(title="joinshift · Join accuracy", docs_url=None, redoc_url=None,
+                  openapi_url=None, dependencies=[Depends(require_user)])
+    app.state.reports_root = Path(reports_root) if reports_root is not None else None
+    app.add_exception_handler(HTTPException, _auth_error)
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request) -> HTMLResponse:
+        try:
+            root = _reports_root(request)
+        except Exception as e:  # settings unreadable: say so on the page
+            root, err = None, f"The joinshift settings could not be read ({type(e).__name__}: {e})."
+        else:
+            err = None
+        model = overview(root)
+        if err:
+            model["error"] = err
+        html = _env().get_template("index.html.j2").render(**model)
+        return HTMLResponse(html, headers={"Content-Security-Policy": _CSP, "Cache-Control": "no-store"})
+
+    @app.get("/reports/{rel:path}")
+    def report_file(rel: str, request: Request) -> FileResponse:
+        root = _reports_root(request)
+        if root is None:
+            raise HTTPException(status_code=404, detail="No such file")
+        target = safe_file(root, rel, SERVED_TYPES)
+        return FileResponse(target, media_type=SERVED_TYPES[target.suffix.lower()],
+                            headers={"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff",
+                                     "Cache-Control": "no-cache"})
+
+    @app.get("/runbooks/{rel:path}", response_class=HTMLResponse)
+    def runbook(rel: str, request: Request) -> HTMLResponse:
+        from markupsafe import escape
+
+        target = safe_file(_project_root() / "include" / "runbooks", rel, {".md"})
+        body = _render_markdown(target.read_text(encoding="utf-8", errors="replace"))
+        html = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(target.stem)}'
+                f'</title><style>{_PLAIN_CSS}</style></head><body><main><p><a href="{escape(_home(request))}">'
+                f'&larr; Join accuracy</a></p>{body}</main></body></html>')
+        return HTMLResponse(html, headers={"Content-Security-Policy": _CSP})
+
+    return app
+
+
+app = create_app()
+
+
+class JoinshiftUIPlugin(AirflowPlugin):
+    name = "joinshift_ui"
+    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "joinshift join accuracy"}]
+    external_views = [{
+        "name": "Join accuracy",
+        # relative (no leading slash): resolved against the UI's base URL, so it works behind
+        # a [api] base_url path too; opens inside the UI at /plugin/join-accuracy
+        "href": f"{URL_PREFIX.lstrip('/')}/",
+        "url_route": "join-accuracy",
+        "destination": "nav",
+        "nav_top_level": True,
+    }]
