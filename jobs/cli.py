@@ -130,6 +130,74 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_recommend(args) -> int:
+    from rich.console import Console
+
+    from jobs.recommend import recommend, save
+    from jobs.spark_session import get_spark
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-recommend")
+    console = Console(width=max(140, Console().width))
+    with console.status("sweeping candidate windows over the landed days"):
+        rec = recommend(spark, spec, _ds_range(args), target_share=args.target_share,
+                        target_drop_rate=args.target_drop_rate)
+        path = save(spark, spec, rec)
+    if args.json:
+        print(path.read_text())
+        return 0
+    c, d = rec.chosen, rec.deployed
+    console.print(f"[bold]recommended window {c.label()}[/bold], watermarks left {rec.left_watermark_s}s, "
+                  f"right {rec.right_watermark_s}s (deployed {d.label()}, left {spec.left.watermark_seconds}s, "
+                  f"right {spec.right.watermark_seconds}s)")
+    console.print(f"  predicted match rate {100 * c.predicted_match_rate:.2f}% vs {rec.baseline} "
+                  f"{100 * rec.baseline_match_rate:.2f}% (deployed window predicted {100 * d.predicted_match_rate:.2f}%)")
+    console.print(f"  state memory {c.predicted_memory_bytes / 1e6:.1f} MB, left-outer latency {c.output_latency_s / 60:.0f} min"
+                  + (f", recovery by replay {c.recovery_s:.0f}s" if c.recovery_s else ""))
+    for r in rec.reasons:
+        console.print(f"  - {r}")
+    console.print(f"written to {path}")
+    return 0
+
+
+def cmd_attribute(args) -> int:
+    from jobs.attribution import attribute_misses
+    from jobs.spark_session import get_spark
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-attribute")
+    for ds in _ds_range(args):
+        print(json.dumps(attribute_misses(spark, spec, ds, baseline=args.baseline), indent=2))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from rich.progress import Progress
+
+    from jobs.accuracy_report import publish
+    from jobs.spark_session import get_spark
+
+    spec, spark = _load_spec(args.spec), get_spark("joinshift-report")
+    days = _ds_range(args)
+    with Progress() as progress:
+        t = progress.add_task("accuracy reports", total=len(days))
+        for ds in days:
+            files = publish(spark, spec, ds, learn_days=[ds])
+            progress.console.print(f"{ds}: {files.html}")
+            progress.advance(t)
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from jobs import plan
+
+    return plan.main(["--deployed", args.deployed, "--proposed", args.proposed] + (["--json"] if args.json else []))
+
+
+def cmd_checkpoint(args) -> int:
+    from jobs import checkpoint
+
+    return checkpoint.main([args.action, "--spec", args.spec] + (["--json"] if args.json else []))
+
+
 def cmd_demo(args) -> int:
     from jobs.demo import run_demo
 
@@ -192,6 +260,26 @@ def build_parser() -> argparse.ArgumentParser:
     s = with_spec(cmd("stream", cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
     with_ds(with_spec(cmd("compare", cmd_compare, "match rates and boundary deltas per ds")))
+
+    r = with_ds(with_spec(cmd("recommend", cmd_recommend,
+                              "recommend a window and watermark delays from the landed days (one-pass sweep)")))
+    r.add_argument("--target-share", type=float, default=0.995,
+                   help="reach this share of the baseline's match rate (default 0.995)")
+    r.add_argument("--target-drop-rate", type=float, default=0.001,
+                   help="watermark delays drop at most this share of each stream (default 0.001)")
+    r.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    at = with_ds(with_spec(cmd("attribute", cmd_attribute,
+                               "why the stream missed what the batch matched, per cause and hour")))
+    at.add_argument("--baseline", choices=("batch_1d_windowed", "batch_1d_2d", "batch_1d_1d"),
+                    help="default: the spec's accuracy.baseline")
+    with_ds(with_spec(cmd("report", cmd_report, "build the daily accuracy report (HTML + plots + JSON)")))
+    pl = cmd("plan", cmd_plan, "compare a deployed spec with a new one: reuse the checkpoint, or replay?")
+    pl.add_argument("--deployed", required=True, help="the spec the running job uses")
+    pl.add_argument("--proposed", required=True, help="the spec you want to deploy")
+    pl.add_argument("--json", action="store_true")
+    ck = with_spec(cmd("checkpoint", cmd_checkpoint, "inspect, validate or back up the streaming checkpoint"))
+    ck.add_argument("action", choices=("inspect", "validate", "backup"))
+    ck.add_argument("--json", action="store_true")
     return p
 
 

@@ -106,15 +106,16 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: 
         _quiet_logs()
     conf = {"spec": spec_file}
 
-    def run_dag(dag_id: str, logical: date | None, run_conf: dict) -> None:
+    def run_dag(dag_id: str, logical: date | None, run_conf: dict, must_succeed: bool = True) -> bool:
         dag = bag.get_dag(dag_id)
         when = datetime.combine(logical, datetime.min.time(), timezone.utc) if logical else None
         run = dag.test(logical_date=when, run_conf=run_conf)
         state = str(getattr(run, "state", "")).lower()
-        if "success" not in state:
+        if "success" not in state and must_succeed:
             raise SystemExit(f"DAG {dag_id} ({logical}) ended {state}; see the task log above")
+        return "success" in state
 
-    console.print(f"[bold]1/3[/bold] simulated real time: {params.days} days of arrivals, "
+    console.print(f"[bold]1/4[/bold] simulated real time: {params.days} days of arrivals, "
                   f"{slice_minutes}-minute slices, streaming join running ([cyan]joinshift_simulate[/cyan])")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
@@ -130,7 +131,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: 
         finally:
             orchestration.SLICE_LISTENERS.remove(on_slice)
 
-    console.print(f"[bold]2/3[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
+    console.print(f"[bold]2/4[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
                   f"for {', '.join(map(str, arrival_days))}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -140,10 +141,17 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: 
             run_dag("joinshift_daily", ds, conf)
             progress.advance(t)
 
-    console.print(f"[bold]3/3[/bold] compare ([cyan]joinshift_compare[/cyan]) for {', '.join(map(str, days))}")
+    console.print(f"[bold]3/4[/bold] compare ([cyan]joinshift_compare[/cyan]) for {', '.join(map(str, days))}")
     for ds in days:
         with console.status(f"compare ds={ds}"):
             run_dag("joinshift_compare", ds, conf)
+
+    console.print(f"[bold]4/4[/bold] quality gates, accuracy report and window recommendation "
+                  f"([cyan]joinshift_report[/cyan]) for {', '.join(map(str, days))}")
+    gates_ok = True
+    for ds in days:
+        with console.status(f"report ds={ds}"):
+            gates_ok &= run_dag("joinshift_report", ds, conf, must_succeed=False)
 
     from jobs.compare import render_table
     from jobs.tables import Tables
@@ -156,7 +164,20 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: 
     q = spark.read.format("delta").load(tables.quarantine).where("stage = 'landing'") \
         .groupBy("reason").count().orderBy("reason").collect()
     console.print("quarantined at landing: " + ", ".join(f"{r['reason']} {r['count']}" for r in q))
+    rec_file = Path(s.path("recommendations", spec.pipeline)) / f"{days[-1]}.json"
+    if rec_file.exists():
+        import json
+
+        rec = json.loads(rec_file.read_text())
+        c = rec["chosen"]
+        console.print(f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
+                      f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
+                      f"watermarks left {rec['left_watermark_s']}s / right {rec['right_watermark_s']}s")
+    if not gates_ok:
+        console.print("[red]a quality gate failed: see the report[/red]")
+    reports = Path(s.path("reports", spec.pipeline))
     console.print(f"\nDone in {time.monotonic() - started:.0f}s.")
+    console.print(f"  report:      {reports / str(days[-1]) / 'report.html'} (all days: {reports / 'index.html'})")
     console.print(f"  tables:      {Path(s.path('tables', spec.pipeline))}")
     console.print(f"  checkpoints: {Path(s.path('checkpoints', spec.pipeline))}")
     console.print(f"  logs:        {Path(s.log_dir)} (Kafka), {env['AIRFLOW__LOGGING__BASE_LOG_FOLDER']} (Airflow)")

@@ -125,3 +125,38 @@ def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     result = simulate_live(_spark(), join_spec, wl.records, bootstrap=bootstrap_servers(),
                            slice_minutes=slice_minutes, on_slice=progress)
     return asdict(result)
+
+
+def metrics_ready(spec: str, ds: str) -> bool:
+    """The report may run once compare wrote all four variants for ds."""
+    from pyspark.sql import functions as F
+
+    from jobs import delta_io
+    from jobs.tables import VARIANTS, Tables
+
+    join_spec, spark = _spec(spec), _spark()
+    path = Tables.of(join_spec).match_metrics
+    if not delta_io.table_exists(spark, path):
+        return False
+    got = {r[0] for r in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(_ds(ds)))
+           .select("variant").collect()}
+    return set(VARIANTS) <= got
+
+
+def quality_gates(spec: str, ds: str) -> list[dict]:
+    """Run the Great Expectations suites for ds, record them, fail the task if any gate failed."""
+    from jobs.quality import assert_gates, run_gates, write_gate_results
+
+    join_spec, spark = _spec(spec), _spark()
+    results = run_gates(spark, join_spec, _ds(ds))
+    write_gate_results(spark, join_spec, _ds(ds), results)
+    assert_gates(results)
+    return [r.to_dict() if hasattr(r, "to_dict") else r.__dict__ for r in results]
+
+
+def report(spec: str, ds: str) -> dict:
+    """Build and publish the day's accuracy report (and the window recommendation)."""
+    from jobs.accuracy_report import publish
+
+    files = publish(_spark(), _spec(spec), _ds(ds))
+    return {"html": str(files.html), "status": files.status, "unavailable": list(files.unavailable)}

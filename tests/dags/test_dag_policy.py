@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 DAG_FILES = sorted((Path(__file__).resolve().parents[2] / "dags").glob("*.py"))
-EXPECTED = {"joinshift_daily", "joinshift_stream", "joinshift_compare", "joinshift_simulate"}
+EXPECTED = {"joinshift_daily", "joinshift_stream", "joinshift_compare", "joinshift_simulate", "joinshift_report"}
 
 
 def test_dagbag_has_no_import_errors(dagbag):
