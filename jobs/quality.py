@@ -75,7 +75,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +84,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 from jobs.records import ARRIVAL_TIME, OFFSET, PARTITION  # noqa: E402
 from jobs.settings import PROJECT_ROOT, Settings  # noqa: E402
-from jobs.spec import Cardinality, JoinSpec, JoinType, load_spec  # noqa: E402
+from jobs.spec import Cardinality, JoinSpec, JoinType, format_duration, load_spec  # noqa: E402
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -166,6 +166,10 @@ class GateResult:
     def skipped(self) -> bool:
         return self.success is None
 
+    def to_dict(self) -> dict:
+        """Everything, JSON-ready (an Airflow task's return value)."""
+        return asdict(self)
+
     def as_report(self) -> dict:
         """The report's ``gates`` entry (see :mod:`jobs.report`)."""
         return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated,
@@ -205,8 +209,9 @@ def _raw_expectations(spec: JoinSpec, side: str) -> list:
         gxe.ExpectColumnValuesToNotBeNull(column=st.event_time, description="event time"),
         gxe.ExpectColumnValuesToBeBetween(
             column=LATENESS, min_value=-future, max_value=past,
-            description=f"derived {LATENESS} = {ARRIVAL_TIME} - {st.event_time} (seconds): the event "
-                        f"time is within [arrival - {past}s, arrival + {future}s] (timestamp_validity)"),
+            description=f"derived {LATENESS} = {ARRIVAL_TIME} - {st.event_time} in seconds: the event "
+                        f"time is within [arrival - {format_duration(v.max_past)}, "
+                        f"arrival + {format_duration(v.max_future)}] (timestamp_validity)"),
         gxe.ExpectColumnPairValuesToBeEqual(
             column_A="ds", column_B=ARRIVAL_DS,
             description=f"derived {ARRIVAL_DS} = date of {ARRIVAL_TIME} in {spec.timezone}: "

@@ -80,9 +80,10 @@ class JoinSink:
     output rows, which costs a read of the touched ds partitions per micro-batch.
     """
 
-    def __init__(self, spec: JoinSpec, tables: Tables, *, dedupe: bool = False,
+    def __init__(self, spec: JoinSpec, tables: Tables, *, dedupe: bool = False, owned_from=None,
                  on_batch: Callable[[int], None] | None = None):
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
+        self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
         self.dedupe = dedupe or spec.join.cardinality == Cardinality.one_to_one
         self._query_id: str | None = None
@@ -94,7 +95,10 @@ class JoinSink:
         return self._query_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = select_batch_rows(batch, self.spec).persist()
+        rows = select_batch_rows(batch, self.spec)
+        if self.owned_from is not None:
+            rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
+        rows = rows.persist()
         try:
             if rows.isEmpty():
                 pass  # nothing to write: no empty Delta commit per no-data batch
@@ -175,6 +179,8 @@ def read_progress(path: str) -> list[dict]:
 def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          s: Settings | None = None, available_now: bool = False,
                          trigger_interval: str | None = None, quarantine: bool = True,
+                         starting_offsets: dict[str, dict[str, int]] | None = None,
+                         dedupe: bool = False, owned_from=None,
                          on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
@@ -182,10 +188,16 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
     limit = spec.streaming.max_offsets_per_trigger
 
-    parsed = {side: parse_records(read_kafka_stream(spark, bootstrap, spec.side(side).topic, limit),
+    def start_of(topic: str) -> str:
+        if starting_offsets and topic in starting_offsets:
+            return json.dumps({topic: starting_offsets[topic]})
+        return "earliest"
+
+    parsed = {side: parse_records(read_kafka_stream(spark, bootstrap, spec.side(side).topic, limit,
+                                                    start_of(spec.side(side).topic)),
                                   spec.side(side), spec) for side in ("left", "right")}
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
-    sink = JoinSink(spec, tables, on_batch=on_batch)
+    sink = JoinSink(spec, tables, dedupe=dedupe, owned_from=owned_from, on_batch=on_batch)
 
     queries = [_with_trigger(
         joined.writeStream.queryName(JOIN_QUERY).outputMode("append")

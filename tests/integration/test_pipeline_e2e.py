@@ -168,3 +168,25 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, 
     for r in rows:
         assert r["batch_1d_2d"] >= r["batch_1d_1d"] >= r["batch_1d_windowed"]
         assert r["stream_minus_windowed_pp"] == pytest.approx(100 * (r["stream"] - r["batch_1d_windowed"]))
+
+
+def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, spec, test_settings):
+    from jobs.attribution import attribute_misses
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    for ds in DAYS:
+        a = attribute_misses(spark, spec, ds, s=test_settings, baseline="batch_1d_windowed")
+        win = _pairs(_read(spark, t.output("batch_1d_windowed")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
+        stream = _pairs(_read(spark, t.output("stream")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
+        missed = {lid for lid, _ in win} - {lid for lid, _ in stream}
+        assert a["missed_by_stream"] == len(missed)
+        causes = {k: v for k, v in a["counts"].items() if k != "midnight_gain"}
+        assert sum(causes.values()) == len(missed)
+        # against the windowed baseline only lateness can explain a miss: same window, all read
+        assert causes["outside_window"] == causes["not_yet_processed"] == causes["other"] == 0
+        assert sum(h["late_right"] + h["left_late"] for h in a["by_hour"]) == len(missed)
+        one = _pairs(_read(spark, t.output("batch_1d_1d")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
+        assert a["counts"]["midnight_gain"] == len({lid for lid, _ in stream} - {lid for lid, _ in one})
+        for ids in a["samples"].values():
+            assert set(ids) <= (missed | {lid for lid, _ in stream})

@@ -8,7 +8,7 @@ import yaml
 from jobs.cli import build_parser, main
 
 COMMANDS = ["kafka", "airflow", "demo", "generate", "land", "batch", "stream", "compare", "recommend",
-            "attribute", "report", "plan", "checkpoint"]
+            "attribute", "report", "plan", "checkpoint", "replay", "runbook"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -44,3 +44,17 @@ def test_an_invalid_spec_fails_naming_the_field(tmp_path):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(SystemExit, match=r"window\.upper"):
         main(["compare", "--spec", str(bad), "--ds", "2026-11-20"])
+
+
+@pytest.mark.parametrize("name", ["restart_after_crash", "change_the_window", "recover_broken_checkpoint",
+                                  "replay_after_outage", "cut_over_and_roll_back"])
+def test_runbooks_are_filled_with_the_pipelines_values(name, capsys):
+    assert main(["runbook", name]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out.split("---")[0]          # every placeholder was filled
+    assert "joinshift " in out                     # steps are product commands
+
+
+def test_an_unknown_runbook_lists_the_known_ones():
+    with pytest.raises(SystemExit, match="restart_after_crash"):
+        main(["runbook", "reboot_everything"])

@@ -1,0 +1,378 @@
+"""The "Join accuracy" page (plugins/joinshift_ui.py), an Airflow 3 UI plugin.
+
+1. The plugin's FastAPI app through ``TestClient``, mounted under ``/joinshift`` like the
+   api-server does: the overview's content for reports made by ``jobs.report.publish_report``,
+   the daily-report files it links to, path traversal refused, the empty state, a broken report,
+   and auth with Airflow's real SimpleAuthManager (no token → 401 or a redirect to the login page,
+   a bad token → 401/403, a real JWT → 200, no permission → 403).
+2. For real: ``airflow standalone`` on a free port with a temporary AIRFLOW_HOME and reports in a
+   temporary storage root, headless Chromium driven over the DevTools protocol logs in through
+   Airflow's login form, opens the "Join accuracy" nav entry (the page in the UI's iframe),
+   checks what it shows, opens a daily report from it and takes a screenshot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN_FILE = ROOT / "plugins" / "joinshift_ui.py"
+DAYS = ("2026-11-18", "2026-11-19", "2026-11-20")
+PIPELINE = "search_sessions"
+NEWEST = DAYS[-1]
+PCT = re.compile(r"\b\d{1,3}\.\d{2}%")
+
+pytestmark = pytest.mark.integration
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    """The plugin module, loaded from its file the way Airflow's plugin manager does."""
+    name = "joinshift_ui"
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(PLUGIN_FILE):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, PLUGIN_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def storage_root(tmp_path_factory) -> Path:
+    """A storage root with three days of reports and a file next to (outside) the reports root."""
+    from bench.ui_screenshot import write_example_reports
+
+    root = tmp_path_factory.mktemp("ui-storage")
+    write_example_reports(root, DAYS)
+    (root / "secret.html").write_text("TOP-SECRET outside the reports root")
+    (root / "reports" / PIPELINE / "escape.html").symlink_to(root / "secret.html")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reports_root(storage_root) -> Path:
+    return storage_root / "reports"
+
+
+def _client(plugin, reports_root, *, authenticated: bool = True):
+    """The plugin app mounted under /joinshift in a parent app, as the api-server mounts it."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    sub = plugin.create_app(reports_root)
+    if authenticated:
+        sub.dependency_overrides[plugin.require_user] = lambda: "test-user"
+    parent = FastAPI()
+    parent.mount(plugin.URL_PREFIX, sub)
+    return TestClient(parent, follow_redirects=False)
+
+
+@pytest.fixture()
+def client(plugin, reports_root):
+    with _client(plugin, reports_root) as c:
+        yield c
+
+
+@pytest.fixture()
+def auth_manager(airflow_db):
+    """Airflow's configured auth manager (SimpleAuthManager), initialised in this process."""
+    from airflow.api_fastapi.app import init_auth_manager, purge_cached_app
+
+    am = init_auth_manager()
+    yield am
+    purge_cached_app()
+
+
+def _links(html: str) -> list[str]:
+    return re.findall(r'href="([^"]+)"', html)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. The FastAPI app
+# --------------------------------------------------------------------------------------------
+
+
+def test_plugin_registers_a_fastapi_app_and_a_nav_entry(plugin):
+    from airflow.api_fastapi.app import RESERVED_URL_PREFIXES
+    from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
+    from airflow.plugins_manager import AirflowPlugin
+
+    cls = plugin.JoinshiftUIPlugin
+    assert issubclass(cls, AirflowPlugin) and cls.name == "joinshift_ui"
+    (app,) = cls.fastapi_apps
+    assert app["url_prefix"] == "/joinshift" and app["app"] is plugin.app
+    assert not any(app["url_prefix"].startswith(p) for p in RESERVED_URL_PREFIXES)
+    (view,) = cls.external_views
+    parsed = ExternalViewResponse(**view)  # what /api/v2/plugins serves to the UI
+    assert parsed.name == "Join accuracy" and parsed.destination == "nav"
+    assert parsed.url_route == "join-accuracy" and parsed.href == "joinshift/"
+    assert not parsed.href.startswith("/")  # relative to the UI's base URL
+
+
+def test_overview_shows_each_pipeline(client, reports_root):
+    r = client.get("/joinshift/")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    html = r.text
+    data = json.loads((reports_root / PIPELINE / NEWEST / "report.json").read_text())
+
+    assert f'data-pipeline="{PIPELINE}"' in html and f"latest report <b>{NEWEST}</b>" in html
+    # latest match rates of the four variants, as the report formats them
+    from jobs.report import fmt_pct
+
+    latest = {r["variant"]: r["match_rate"] for r in data["match_rates"] if r["ds"] == NEWEST}
+    assert set(latest) == {"batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream"}
+    for variant, rate in latest.items():
+        assert f'data-variant="{variant}"' in html
+        assert fmt_pct(rate) in html
+    assert '<svg class="trend"' in html and html.count("<path d=") == 4  # one line per variant
+    # recommendation vs deployed window
+    rec = data["recommendation"]
+    assert rec["deployed"]["window"] in html and rec["window"] in html
+    assert "Narrow the window from" in html
+    # gates: green badges for passed suites
+    for g in data["gates"]:
+        assert re.search(rf'class="badge pass"[^>]*data-gate="{g["suite"]}"', html)
+    # daily reports, newest first, and the pipeline's index
+    day_links = [h for h in _links(html) if h.endswith("/report.html")]
+    assert day_links[0] == f"reports/{PIPELINE}/{NEWEST}/report.html"  # the "open latest" button
+    assert [f"reports/{PIPELINE}/{d}/report.html" for d in reversed(DAYS)] == day_links[1:]
+    assert f'href="reports/{PIPELINE}/index.html"' in html
+    # runbooks from the report
+    for rb in data["runbooks"]:
+        name = rb["path"].removeprefix("include/runbooks/")
+        assert f'href="runbooks/{name}"' in html and rb["title"] in html
+    assert "No accuracy reports yet" not in html
+
+
+def test_linked_report_files_are_served(client, reports_root):
+    html = client.get("/joinshift/").text
+    for href in {h for h in _links(html) if h.startswith("reports/")}:
+        r = client.get(f"/joinshift/{href}")
+        assert r.status_code == 200, href
+        path = reports_root / href.removeprefix("reports/")
+        assert r.content == path.read_bytes()
+    r = client.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html")
+    assert r.headers["content-type"].startswith("text/html")
+    assert "daily accuracy report" in r.text and PIPELINE in r.text
+    assert "frame-ancestors 'self'" in r.headers["content-security-policy"]
+    r = client.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.json")
+    assert r.headers["content-type"] == "application/json" and r.json()["ds"] == NEWEST
+    r = client.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/match_rate_by_day.png")
+    assert r.status_code == 200 and r.content.startswith(b"\x89PNG")
+    assert client.get(f"/joinshift/reports/{PIPELINE}/latest.json").json()["ds"] == NEWEST
+
+
+@pytest.mark.parametrize("path", [
+    "..%2Fsecret.html",
+    "%2E%2E/secret.html",
+    f"{PIPELINE}/..%2F..%2Fsecret.html",
+    f"{PIPELINE}/{NEWEST}/%2e%2e/%2e%2e/%2e%2e/secret.html",
+    "..%5Csecret.html",
+    "%2Fetc%2Fpasswd",
+    "%2F%2Fetc/passwd",
+    f"{PIPELINE}/escape.html",                         # a symlink out of the reports root
+    f"{PIPELINE}/{NEWEST}/.report.json.tmp",           # hidden file
+    f"{PIPELINE}/{NEWEST}",                            # a folder
+    f"{PIPELINE}/{NEWEST}/nope.html",                  # missing
+    "%00",
+])
+def test_path_traversal_and_other_files_are_refused(client, path):
+    r = client.get(f"/joinshift/reports/{path}")
+    assert r.status_code == 404, (path, r.status_code)
+    assert "TOP-SECRET" not in r.text and "root:" not in r.text
+
+
+def test_safe_file_rejects_dot_dot_before_touching_the_disk(plugin, reports_root):
+    from fastapi import HTTPException
+
+    for rel in ("../secret.html", f"{PIPELINE}/../../secret.html", "/etc/passwd", "a/./b.html", "a//b.html"):
+        with pytest.raises(HTTPException) as e:
+            plugin.safe_file(reports_root, rel, plugin.SERVED_TYPES)
+        assert e.value.status_code == 404
+    ok = plugin.safe_file(reports_root, f"{PIPELINE}/{NEWEST}/report.html", plugin.SERVED_TYPES)
+    assert ok == (reports_root / PIPELINE / NEWEST / "report.html").resolve()
+    (reports_root / "notes.txt").write_text("not a report file")
+    with pytest.raises(HTTPException):
+        plugin.safe_file(reports_root, "notes.txt", plugin.SERVED_TYPES)
+
+
+def test_runbook_route_serves_only_markdown_under_include_runbooks(client):
+    assert client.get("/joinshift/runbooks/..%2F..%2Fpyproject.toml").status_code == 404
+    assert client.get("/joinshift/runbooks/%2E%2E/specs/search_sessions.yaml").status_code == 404
+    r = client.get("/joinshift/runbooks/does_not_exist.md", headers={"accept": "text/html"})
+    assert r.status_code == 404 and "Join accuracy" in r.text
+
+
+def test_empty_state_and_missing_folder(plugin, tmp_path):
+    for root in (tmp_path / "empty", tmp_path / "missing"):
+        if root.name == "empty":
+            root.mkdir()
+        with _client(plugin, root) as c:
+            r = c.get("/joinshift/")
+            assert r.status_code == 200
+            assert "No accuracy reports yet — run joinshift demo or the joinshift_report DAG" in r.text
+            assert c.get("/joinshift/reports/x/report.html").status_code == 404
+
+
+def test_reports_root_from_settings(plugin, monkeypatch, tmp_path):
+    from jobs.settings import settings
+
+    monkeypatch.setenv("JOINSHIFT_STORAGE_ROOT", str(tmp_path / "store"))
+    settings.cache_clear()
+    try:
+        assert plugin.default_reports_root() == tmp_path / "store" / "reports"
+        monkeypatch.setenv("JOINSHIFT_STORAGE_ROOT", "s3a://bucket/joinshift")
+        settings.cache_clear()
+        assert plugin.default_reports_root() is None
+        with _client(plugin, None) as c:  # object storage: a message, not a crash
+            r = c.get("/joinshift/")
+            assert r.status_code == 200 and "not a local path" in r.text
+    finally:
+        settings.cache_clear()
+
+
+def test_a_broken_report_does_not_hide_the_others(plugin, reports_root, tmp_path):
+    import shutil
+
+    root = tmp_path / "reports"
+    shutil.copytree(reports_root / PIPELINE, root / PIPELINE, symlinks=True)
+    broken = root / "broken_pipeline" / NEWEST
+    broken.mkdir(parents=True)
+    (broken / "report.json").write_text("{not json")
+    (root / "new_pipeline").mkdir()  # a folder without reports yet
+    with _client(plugin, root) as c:
+        r = c.get("/joinshift/")
+    assert r.status_code == 200
+    assert 'data-pipeline="broken_pipeline"' in r.text and "could not be read" in r.text
+    assert 'data-pipeline="new_pipeline"' in r.text and "no reports in this folder yet" in r.text
+    assert f'data-pipeline="{PIPELINE}"' in r.text and PCT.search(r.text)
+
+
+def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, monkeypatch):
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    with _client(plugin, reports_root, authenticated=False) as c:
+        # no credentials: 401 for API clients, the login page for a browser, for every route
+        for path in ("/joinshift/", f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html",
+                     "/joinshift/reports/..%2Fsecret.html", "/joinshift/runbooks/backfill.md"):
+            r = c.get(path)
+            assert r.status_code == 401, path
+            assert "TOP-SECRET" not in r.text and "search_sessions" not in r.text
+        r = c.get("/joinshift/", headers={"accept": "text/html,application/xhtml+xml"})
+        assert r.status_code == 307
+        assert r.headers["location"].startswith("/auth/login")
+        assert "next=%2Fjoinshift%2F" in r.headers["location"]
+        # a forged token
+        r = c.get("/joinshift/", headers={"authorization": "Bearer not-a-jwt"})
+        assert r.status_code in (401, 403)
+        c.cookies.set("_token", "not-a-jwt")
+        assert c.get("/joinshift/").status_code in (401, 403)
+        c.cookies.clear()
+
+        # a real JWT from the auth manager, as the login form sets it (cookie) or as an API client
+        token = auth_manager.generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+        r = c.get("/joinshift/", headers={"authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and f'data-pipeline="{PIPELINE}"' in r.text
+        c.cookies.set("_token", token)
+        r = c.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html")
+        assert r.status_code == 200 and "daily accuracy report" in r.text
+        assert c.get("/joinshift/reports/..%2Fsecret.html").status_code == 404
+
+        # authenticated but not allowed to read DAG runs
+        monkeypatch.setattr(type(auth_manager), "is_authorized_dag", lambda self, **kw: False)
+        assert c.get("/joinshift/").status_code == 403
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Real Airflow, real browser
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def standalone(airflow_db, storage_root, tmp_path, request):
+    """``airflow standalone`` on a free port; always stopped (process group) at the end."""
+    from bench.ui_screenshot import AirflowStandalone
+
+    af = AirflowStandalone(tmp_path / "airflow-home", storage_root, password="testpass",
+                           db=airflow_db / "airflow.db")
+    request.addfinalizer(af.stop)
+    af.start()
+    af.wait_healthy(timeout=180)
+    return af
+
+
+def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
+    from bench.ui_screenshot import Chromium, find_chromium, login, open_plugin_in_ui
+
+    if not find_chromium():
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    t0 = time.monotonic()
+    af = request.getfixturevalue("standalone")
+    base = af.url
+
+    # without logging in: nothing of the page, a 401 or the way to the login page
+    with httpx.Client(base_url=base, follow_redirects=False, timeout=30) as http:
+        r = http.get("/joinshift/")
+        assert r.status_code == 401 and PIPELINE not in r.text
+        r = http.get("/joinshift/", headers={"accept": "text/html"})
+        assert r.status_code == 307 and "/auth/login" in r.headers["location"]
+        r = http.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html")
+        assert r.status_code == 401 and "daily accuracy report" not in r.text
+
+    with Chromium(tmp_path / "chromium-profile", width=1440, height=1000) as browser:
+        login(browser, base, "admin", "testpass")
+        # the nav entry, then the page inside the UI's iframe
+        browser.wait_for("!!document.querySelector('a[href$=\"plugin/join-accuracy\"]')",
+                         timeout=30, what="the Join accuracy nav entry")
+        nav_text = browser.evaluate(
+            "document.querySelector('a[href$=\"plugin/join-accuracy\"]').textContent")
+        assert "Join accur" in nav_text
+        text = open_plugin_in_ui(browser, base)
+        assert "Join accuracy" in text and PIPELINE in text
+        assert PCT.search(text), text[:500]
+        frame = "document.querySelector('iframe').contentDocument"
+        assert browser.evaluate(f"{frame}.querySelectorAll('.badge.pass[data-gate]').length") == 4
+        assert browser.evaluate(f"!!{frame}.querySelector('.badge.pass[data-gate=\"raw_left\"]')")
+        assert browser.evaluate(f"{frame}.querySelectorAll('svg.trend path').length") == 4
+        shot = browser.screenshot(tmp_path / "join_accuracy.png")
+        assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
+
+        # a daily report link opens (inside the iframe, through the plugin, with the login cookie)
+        href = browser.evaluate(f"{frame}.querySelector('table.days a[href$=\"/report.html\"]').getAttribute('href')")
+        assert href == f"reports/{PIPELINE}/{NEWEST}/report.html"
+        browser.evaluate(f"{frame}.querySelector('table.days a[href$=\"/report.html\"]').click()")
+        browser.wait_for(
+            "(() => { try { const d = document.querySelector('iframe').contentDocument;"
+            f" return d.location.pathname.endsWith('/{NEWEST}/report.html') && d.readyState === 'complete'"
+            " && d.body.innerText.includes('daily accuracy report'); } catch (e) { return false; } })()",
+            timeout=30, what="the daily report in the iframe")
+        browser.screenshot(tmp_path / "daily_report.png")
+
+        # the same page on its own, and the API with the browser's session token
+        browser.goto(f"{base}/joinshift/")
+        body = browser.evaluate("document.body.innerText")
+        assert PIPELINE in body and "Data quality gates".upper() in body.upper()
+        browser.screenshot(tmp_path / "join_accuracy_full.png", full_page=True)
+        token = browser.cookies()["_token"]
+    with httpx.Client(base_url=base, cookies={"_token": token}, timeout=30) as http:
+        assert http.get("/joinshift/").status_code == 200
+        assert http.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.json").json()["ds"] == NEWEST
+        for bad in ("..%2Fsecret.html", f"{PIPELINE}/..%2F..%2Fsecret.html", f"{PIPELINE}/escape.html"):
+            r = http.get(f"/joinshift/reports/{bad}")
+            assert r.status_code == 404 and "TOP-SECRET" not in r.text
+    print(f"\nscreenshots in {tmp_path} ({time.monotonic() - t0:.0f}s with Airflow start-up)")
