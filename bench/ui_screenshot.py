@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import inspect
 import itertools
 import json
 import os
@@ -42,9 +44,13 @@ if str(ROOT) not in sys.path:
 VENV_BIN = Path(sys.executable).parent
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio")
+                  "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio", "--no-proxy-server")
 PLUGIN_ROUTE = "plugin/join-accuracy"
 EXAMPLE_DAYS = ("2026-11-18", "2026-11-19", "2026-11-20")
+
+
+#: Everything here talks to 127.0.0.1: never through an HTTP proxy from the environment.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
@@ -108,6 +114,7 @@ class AirflowStandalone:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # nothing gets scheduled
+            "AIRFLOW__CORE__PARALLELISM": "2",  # LocalExecutor forks this many workers (default 32)
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": f"{home}/logs",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -149,9 +156,9 @@ class AirflowStandalone:
                 raise RuntimeError(f"airflow standalone exited ({self.proc and self.proc.returncode}):\n"
                                    f"{self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=3) as r:
+                with _LOCAL.open(f"{self.url}/api/v2/monitor/health", timeout=3) as r:
                     if r.status == 200:
-                        with urllib.request.urlopen(f"{self.url}/auth/login", timeout=5) as page:
+                        with _LOCAL.open(f"{self.url}/auth/login", timeout=5) as page:
                             if page.status == 200:
                                 return
             except (urllib.error.URLError, OSError):
@@ -159,12 +166,14 @@ class AirflowStandalone:
             time.sleep(1)
         raise TimeoutError(f"airflow standalone not healthy after {timeout:.0f}s:\n{self.log_tail()}")
 
-    def stop(self, timeout: float = 30) -> None:
-        """SIGINT to the process group (standalone stops its components), then SIGTERM, SIGKILL."""
+    def stop(self, timeout: float = 25) -> None:
+        """SIGTERM to the whole process group (every component shuts down gracefully on it, in
+        ~10 s; SIGINT leaves the scheduler waiting), then SIGKILL whatever is left."""
         if self.proc is None:
             return
+        t0 = time.monotonic()
         pgid = self.proc.pid  # start_new_session: the group id is the standalone's pid
-        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
@@ -182,6 +191,7 @@ class AirflowStandalone:
         except subprocess.TimeoutExpired:
             pass
         self.proc = None
+        self.stop_seconds = time.monotonic() - t0
 
     def __enter__(self) -> AirflowStandalone:
         return self.start()
@@ -229,6 +239,7 @@ class Chromium:
         self.proc: subprocess.Popen | None = None
         self.ws = None
         self._ids = itertools.count(1)
+        self._stack = contextlib.ExitStack()
 
     def start(self, timeout: float = 30) -> Chromium:
         from websockets.sync.client import connect
@@ -256,7 +267,7 @@ class Chromium:
         ws_url = None
         while time.monotonic() < deadline and ws_url is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=3) as r:
+                with _LOCAL.open(f"http://127.0.0.1:{port}/json/list", timeout=3) as r:
                     pages = [t for t in json.load(r) if t.get("type") == "page"]
                 ws_url = pages[0]["webSocketDebuggerUrl"] if pages else None
             except (urllib.error.URLError, OSError, ValueError):
@@ -265,7 +276,10 @@ class Chromium:
                 time.sleep(0.2)
         if ws_url is None:
             raise TimeoutError("chromium has no page target")
-        self.ws = connect(ws_url, max_size=None, open_timeout=10)
+        kwargs = {"max_size": None, "open_timeout": 10}
+        if "proxy" in inspect.signature(connect).parameters:  # websockets >= 15 honours proxy env vars
+            kwargs["proxy"] = None
+        self.ws = self._stack.enter_context(connect(ws_url, **kwargs))
         self.send("Page.enable")
         self.send("Runtime.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
@@ -351,7 +365,7 @@ class Chromium:
             except Exception:
                 pass
             try:
-                self.ws.close()
+                self._stack.close()
             except Exception:
                 pass
             self.ws = None
@@ -427,6 +441,7 @@ def capture(out: Path, storage_root: Path | None = None, *, width: int = 1440, h
         print(f"screenshots after {time.monotonic() - t0:.0f}s", flush=True)
     finally:
         airflow.stop()
+        print(f"airflow stopped in {getattr(airflow, 'stop_seconds', 0):.0f}s", flush=True)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     print(f"done in {time.monotonic() - t0:.0f}s", flush=True)

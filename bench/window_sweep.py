@@ -10,7 +10,9 @@ partitioned by arrival ds, then read back like the landed tables):
    left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected;
 3. their ratio (goal: sweep <= 1.5 × one join).
 
-Each is run once to warm up, then ``--repeat`` times alternately; the medians are compared.
+Each is run once to warm up, then ``--repeat`` times alternately; the medians are compared, in
+wall-clock seconds and in task CPU seconds (summed over the action's Spark stages, from the Spark
+UI's REST API: the steadier measure when other processes share the cores).
 
     python -m bench.window_sweep [--left-events 200000] [--grid "lower=-4h30m..0/30m,upper=0..2h/30m"]
 """
@@ -18,13 +20,15 @@ Each is run once to warm up, then ``--repeat`` times alternately; the medians ar
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from datetime import timedelta
+import urllib.request
 from pathlib import Path
 
 from jobs.settings import PROJECT_ROOT
@@ -56,12 +60,36 @@ def spark_schema(stream) -> str:
     return ", ".join([*cols, "_arrival_time timestamp", "_partition int", "_offset bigint", "ds date"])
 
 
+class StageCpu:
+    """Task CPU seconds of the Spark stages an action ran (Spark UI REST API)."""
+
+    def __init__(self, spark):
+        self.base = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+
+    def _stages(self) -> list[dict]:
+        with urllib.request.urlopen(f"{self.base}/stages", timeout=30) as r:
+            return json.load(r)
+
+    def measure(self, fn):
+        """(wall seconds, task CPU seconds, fn's result)."""
+        before = {s["stageId"] for s in self._stages()}
+        t0 = time.perf_counter()
+        result = fn()
+        wall = time.perf_counter() - t0
+        for _ in range(50):  # the status store is fed asynchronously: wait until the stages are done
+            new = [s for s in self._stages() if s["stageId"] not in before]
+            if new and all(s["status"] in ("COMPLETE", "SKIPPED", "FAILED") for s in new):
+                break
+            time.sleep(0.1)
+        return wall, sum(s.get("executorCpuTime", 0) for s in new) / 1e9, result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.window_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--left-events", type=int, default=200_000, help="left events per day (default 200000)")
     p.add_argument("--days", type=int, default=2, choices=(1, 2), help="days of traffic (the first ds is timed)")
     p.add_argument("--grid", default=DEFAULT_GRID, help=f"candidate windows (default {DEFAULT_GRID!r}: K=50)")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs of each, after one warm-up (median)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs of each, after one warm-up (median)")
     p.add_argument("--action", choices=("count", "noop"), default="count",
                    help="how the single join is materialised: .count() or a full write to the noop sink")
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
@@ -84,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ds = wl.params.start_date
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_window_sweep_"))
-    spark = get_spark("joinshift-bench-window-sweep")
+    os.environ["JOINSHIFT_SPARK_UI"] = "true"      # for the per-stage CPU times (this process only)
+    spark = get_spark("joinshift-bench-window-sweep", extra_conf={"spark.ui.port": "0"})
+    cpu = StageCpu(spark)
     try:
         sides = {}
         for side in ("left", "right"):
@@ -109,18 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         def the_sweep():
             return sweep(left, right, spec, grid, right_days="same")
 
-        def timed(fn):
-            t0 = time.perf_counter()
-            r = fn()
-            return time.perf_counter() - t0, r
-
         rows = one_join()                        # warm-up
         result = the_sweep()
-        join_s, sweep_s = [], []
+        runs = {"join": [], "sweep": []}
         for _ in range(args.repeat):
-            join_s.append(timed(one_join)[0])
-            sweep_s.append(timed(the_sweep)[0])
-        j, s = statistics.median(join_s), statistics.median(sweep_s)
+            runs["join"].append(cpu.measure(one_join)[:2])
+            runs["sweep"].append(cpu.measure(the_sweep)[:2])
+        med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
 
         mine = result[(result.lower_s == spec.window.lower_seconds) & (result.upper_s == spec.window.upper_seconds)]
         if len(mine):
@@ -128,9 +153,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sweep at the spec window {spec.window.label()}: match rate {r.match_rate:.4f} "
                   f"({r.matched_left}/{r.left_events}), {r.pairs} pairs"
                   + (f"; the join's output has {rows} rows" if rows >= 0 else ""))
-        print(f"one batch_1d_windowed join ({args.action}): median {j:.2f}s  runs {[round(x, 2) for x in join_s]}")
-        print(f"sweep of K={len(grid)} windows:          median {s:.2f}s  runs {[round(x, 2) for x in sweep_s]}")
-        print(f"ratio sweep / one join: {s / j:.2f}x (goal <= 1.5x)")
+            if rows >= 0 and spec.join.type.value == "left_outer" and spec.join.cardinality.value == "1-to-n":
+                ok = rows == r.pairs + (r.left_events - r.matched_left)
+                print(f"check: join rows == sweep pairs + unmatched left events: {'yes' if ok else 'NO'}")
+        for k, label in (("join", f"one batch_1d_windowed join (+{args.action})"), ("sweep", f"sweep of K={len(grid)} windows")):
+            w, c = med[k]
+            print(f"{label:40s} wall median {w:6.2f}s {[round(x, 2) for x, _ in runs[k]]}   "
+                  f"task CPU median {c:6.2f}s {[round(x, 2) for _, x in runs[k]]}")
+        (jw, jc), (sw, sc) = med["join"], med["sweep"]
+        print(f"ratio sweep / one join: wall {sw / jw:.2f}x, task CPU {sc / jc:.2f}x (goal <= 1.5x)")
         print(f"command: {command}")
     finally:
         spark.stop()

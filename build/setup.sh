@@ -3,7 +3,8 @@
 #   1. a project-local virtualenv (.venv) with the pinned Python dependencies;
 #   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector + Delta,
 #      and an Apache Kafka broker), so nothing is downloaded at run time;
-#   3. a local Airflow home (.airflow) with its SQLite metadata database.
+#   3. Debian's chromium (headless) for the Airflow UI page's browser test;
+#   4. a local Airflow home (.airflow) with its SQLite metadata database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,7 +48,17 @@ if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resol
   cp .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved
 fi
 
-# --- 3. Airflow ------------------------------------------------------------------------------
+# --- 3. A browser for the Airflow UI page's test (Debian's chromium) -----------------------------
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's chromium (headless browser for the UI test)"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    say "chromium not found and cannot install it here: the browser test of the UI page will be skipped"
+  fi
+fi
+
+# --- 4. Airflow ------------------------------------------------------------------------------
 if [ ! -f .airflow/airflow.db ]; then
   say "initialising the local Airflow metadata database (.airflow/airflow.db)"
   mkdir -p .airflow

@@ -84,20 +84,26 @@ def stream_increment(spec: str) -> dict:
 
 
 def inputs_ready(spec: str, ds: str) -> bool:
-    """Compare for ds may run once every batch variant for ds exists and the stream has
-    consumed past the day (its watermark passed ds's end plus the window's upper bound)."""
+    """Compare for ds may run once every batch variant for ds exists and the stream is done with
+    the day: its watermark passed ds's end plus the window's upper bound, or it has read all
+    that Kafka holds (a stream's matches are final once their records are read; only left-outer
+    nulls wait for the watermark, and they do not count as matches)."""
     from jobs.batch_join import ready_variants
-    from jobs.stream_join import stream_watermark
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.landing import ds_bounds_ms
+    from jobs.stream_join import stream_lag, stream_watermark
     from jobs.tables import BATCH_VARIANTS
 
     join_spec, day = _spec(spec), _ds(ds)
     if ready_variants(_spark(), join_spec, day) != list(BATCH_VARIANTS):
         return False
     wm = stream_watermark(join_spec)
-    from jobs.landing import ds_bounds_ms
-
     _, end_ms = ds_bounds_ms(day, join_spec.timezone)
-    return wm is not None and wm >= end_ms + 1000 * join_spec.window.upper_seconds
+    if wm is not None and wm >= end_ms + 1000 * join_spec.window.upper_seconds:
+        return True
+    lag = stream_lag(join_spec, bootstrap_servers())
+    log.info("stream watermark %s, lag %s records", wm, lag)
+    return lag == 0
 
 
 def compare(spec: str, ds: str) -> list[dict]:

@@ -402,6 +402,12 @@ def _observed(r) -> str:
     return "failed"
 
 
+def _key(config) -> str:
+    """An expectation configuration's identity across validation runs (GX adds ``batch_id``)."""
+    kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+    return config.type + json.dumps(kwargs, sort_keys=True, default=str)
+
+
 def _context():
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -423,20 +429,22 @@ def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=N
     asset_name = f"{label}_{len(source.assets)}"
     batch = (source.add_dataframe_asset(name=asset_name)
              .add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df}))
-    res = batch.validate(suite, result_format={"result_format": "BASIC", "partial_unexpected_count": 10})
-    order = {(e.type, json.dumps(e.kwargs, sort_keys=True, default=str)): i
-             for i, e in enumerate(x.configuration for x in suite.expectations)}
-
-    def rank(r) -> int:
-        c = r.expectation_config
-        kw = {k: v for k, v in c.kwargs.items() if k != "batch_id"}
-        return order.get((c.type, json.dumps(kw, sort_keys=True, default=str)), len(order))
-
-    failures = [
-        {"expectation": r.expectation_config.type, "column": _column_label(r.expectation_config.kwargs),
-         "observed": _observed(r)}
-        for r in sorted(res.results, key=rank) if not r.success
-    ]
+    # Pass 1 answers pass/fail only (a few Spark jobs); pass 2 re-runs just the failed
+    # expectations for counts and examples, so a clean day pays for no detail it does not show.
+    res = batch.validate(suite, result_format="BOOLEAN_ONLY")
+    failed = [r.expectation_config for r in res.results if not r.success]
+    detail = {}
+    if failed:
+        gx = _gx()
+        again = gx.ExpectationSuite(name=f"{suite.name}.failed", expectations=[c.to_domain_obj() for c in failed])
+        detail = {_key(r.expectation_config): r for r in batch.validate(
+            again, result_format={"result_format": "BASIC", "partial_unexpected_count": 10}).results}
+    order = {_key(e.configuration): i for i, e in enumerate(suite.expectations)}
+    failures = []
+    for c in sorted(failed, key=lambda c: order.get(_key(c), len(order))):
+        r = detail.get(_key(c))
+        failures.append({"expectation": c.type, "column": _column_label(c.kwargs),
+                         "observed": _observed(r) if r is not None and not r.success else "failed"})
     evaluated = len(res.results)
     summary = f"{label}: {evaluated - len(failures)}/{evaluated} passed"
     if note:
@@ -508,7 +516,9 @@ def run_gates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None 
             results.append(_skipped(kind, f"table missing ({path})"))
             continue
         df = prepare_frame(delta_io.read_table(spark, path).where(F.col("ds") == F.lit(ds)), spec, kind)
-        df = df.persist()  # GX computes many metrics over the same small slice
+        # GX runs a Spark job or two per metric over the same slice: one cached partition
+        # keeps each of them a single task (a ds partition is small; gates run once a day).
+        df = df.coalesce(1).persist()
         try:
             n = df.count()
             label = kind if kind != "join_output" or output_variant == "stream" \

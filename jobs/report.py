@@ -1399,8 +1399,8 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
                        "right": {"malformed_json": 41, "event_time_in_future": 7, "unknown_field": 12}},
         "runbooks": [
             {"title": "Restart after a crash", "path": "include/runbooks/restart_after_crash.md"},
-            {"title": "Change the join window", "path": "include/runbooks/change_window.md"},
-            {"title": "Backfill a day", "path": "include/runbooks/backfill.md"},
+            {"title": "Change the join window", "path": "include/runbooks/change_the_window.md"},
+            {"title": "Replay after an outage", "path": "include/runbooks/replay_after_outage.md"},
         ],
     }
 

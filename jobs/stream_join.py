@@ -250,6 +250,29 @@ def stream_watermark(spec: JoinSpec, s: Settings | None = None) -> int | None:
     return None
 
 
+def stream_lag(spec: JoinSpec, bootstrap: str, s: Settings | None = None) -> int | None:
+    """Records in Kafka the join query has not read yet (None before its first micro-batch)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    if not progress:
+        return None
+    done: dict[tuple[str, int], int] = {}
+    for src in progress[-1].get("sources", []):
+        end = src.get("endOffset") or {}
+        end = json.loads(end) if isinstance(end, str) else end
+        for topic, parts in end.items():
+            for part, off in parts.items():
+                done[(topic, int(part))] = int(off)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(t, p) for t, p in done]
+        latest = consumer.end_offsets(tps)
+    finally:
+        consumer.close()
+    return sum(max(0, latest[tp] - done[(tp.topic, tp.partition)]) for tp in tps)
+
+
 def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None) -> dict:
     """One ``availableNow`` increment (what Airflow schedules every few minutes)."""
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)

@@ -7,12 +7,14 @@ just enough to decide every narrower window:
 
 1. one join, key equality and ``right.t − left.t ∈ [min lower, max upper]`` (left outer, so
    left events without any pair are still counted: they are unmatched for every candidate);
-2. per pair the offset ``d = right.t − left.t`` (exact, in microseconds), then ONE aggregation
-   per left event: for each distinct candidate lower bound ``a``, ``m_a = min(d where d >= a)``;
-   a left event matches ``[a, b]`` iff some ``d`` has ``a <= d <= b``, i.e. iff ``m_a <= b``
-   (min/max of ``d`` alone would not do: offsets {−5h, +5h} match [−6h, +6h], not [−1h, +1h]);
-   the same aggregation counts pairs with ``d <= b`` and with ``d < a`` per distinct bound;
-3. ONE aggregation per ds: for every candidate ``(a, b)``, ``count(m_a <= b)`` matched left
+2. per pair the offset ``d = right.t − left.t`` (exact, in microseconds) and its *cell*: the
+   sorted distinct bounds ``p_0 < … < p_{n−1}`` of all candidates cut the widest window into
+   ``2n − 1`` cells (each point ``p_x`` is cell ``2x``, the open gap after it cell ``2x + 1``);
+   ONE aggregation per left event ORs the cell bits of its pairs into a bit set (one long per
+   63 cells). A left event matches ``[p_x, p_y]`` iff some ``d`` has ``p_x <= d <= p_y``, i.e. iff
+   a bit of cells ``2x..2y`` is set (min/max of ``d`` alone would not do: offsets {−5h, +5h}
+   match [−6h, +6h], not [−1h, +1h]). The same aggregation counts pairs below / up to each point;
+3. ONE aggregation per ds: for every candidate ``count((bits & cells(a, b)) != 0)`` matched left
    events, and pairs in the window ``= #(d <= b) − #(d < a)``; collected as one row per ds.
 
 So the cost is one join plus two aggregations whatever the number of candidates (the first
@@ -51,6 +53,7 @@ import argparse
 import re
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
+from functools import reduce
 
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -201,23 +204,48 @@ def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
     return [*([-1] if lower_s < 0 else []), 0, *([1] if upper_s > 0 else [])]
 
 
+def _cell(d: Column, points: Sequence[int], i: int, j: int) -> Column:
+    """Cell of an offset ``d`` known to lie in ``[points[i], points[j]]`` (binary search as nested CASE):
+    ``2k`` if ``d == points[k]``, ``2k + 1`` if ``points[k] < d < points[k + 1]``."""
+    if i == j:
+        return F.lit(2 * i)
+    if j == i + 1:
+        return (F.when(d == F.lit(points[i]), F.lit(2 * i)).when(d == F.lit(points[j]), F.lit(2 * j))
+                .otherwise(F.lit(2 * i + 1)))
+    mid = (i + j) // 2
+    return F.when(d < F.lit(points[mid]), _cell(d, points, i, mid)).otherwise(_cell(d, points, mid, j))
+
+
+def _bits(lo_bit: int, hi_bit: int) -> int:
+    """A signed long with bits ``lo_bit..hi_bit`` set (0 <= lo_bit <= hi_bit < 63)."""
+    return ((1 << (hi_bit + 1)) - 1) ^ ((1 << lo_bit) - 1)
+
+
 def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
                  *, right_days: str = "all") -> DataFrame:
     """The lazy core of :func:`sweep`: one row per ds with ``left_events``, ``_c<k>`` (matched left
-    events of candidate ``k``), ``_slt<i>`` (pairs with d < lower ``i``) and ``_sle<j>`` (pairs with
-    d <= upper ``j``), candidates, lowers and uppers in :func:`_check_candidates` / sorted order."""
+    events of candidate ``k``, in :func:`_check_candidates` order), ``_lt<x>`` / ``_le<x>`` (pairs
+    with ``d <`` / ``d <=`` bound point ``x``, points = sorted distinct bounds).
+
+    The bound points ``p_0 < ... < p_{n-1}`` cut ``[min lower, max upper]`` into ``2n − 1`` cells
+    (each point, and the open gap after it). Per left event ONE aggregate, the bit set of the cells
+    its offsets fall in (a long per 63 cells); it matches ``[p_x, p_y]`` iff a bit of cells
+    ``2x..2y`` is set.
+    """
     if right_days not in RIGHT_DAYS:
         raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
     cands = _check_candidates(candidates)
     lo, hi = widest(cands)
-    lowers = sorted({a for a, _ in cands})
-    uppers = sorted({b for _, b in cands})
+    points = sorted({a for a, _ in cands} | {b for _, b in cands})
+    at = {p: x for x, p in enumerate(points)}
+    n_masks = -(-(2 * len(points) - 1) // 63)
 
-    lid, lt = col_name("left", spec.left.id), col_name("left", spec.left.event_time)
-    rt = col_name("right", spec.right.event_time)
+    lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
     lkeys = [col_name("left", k) for k in spec.left.key]
+    # a left event is a left row: a row id, so nothing depends on event ids being unique
     l_df = left.select(*[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
-                       F.col(spec.left.id).alias(lid), F.col(spec.left.event_time).alias(lt), F.col("ds"))
+                       F.col(spec.left.event_time).alias(lt), F.col("ds"),
+                       F.monotonically_increasing_id().alias("_lid"))
     r_df = right.select(*[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
                         F.col(spec.right.event_time).alias(rt), F.col("ds").alias("_right_ds"))
 
@@ -228,23 +256,36 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
     elif right_days == "neighbours":
         cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(lo, hi))
     pairs = l_df.join(r_df, cond, "left")
-    # exact offset in microseconds (null for a left event without any pair)
+    # exact offset in microseconds (null for a left event without any pair), and its cell
     d = F.unix_micros(F.col(rt)) - F.unix_micros(F.col(lt))
+    us_points = [p * _US for p in points]
+    cell = F.col("_cell")
 
-    def us(s: int) -> Column:
-        return F.lit(s * _US)
+    def mask_of(c: int) -> Column:
+        if n_masks == 1:
+            return F.expr("shiftleft(1L, _cell)")
+        return F.when(cell.between(63 * c, 63 * c + 62), F.expr(f"shiftleft(1L, _cell - {63 * c})"))
 
-    per_left = pairs.select(*lkeys, lid, "ds", d.alias("_d")).groupBy(*lkeys, lid, "ds").agg(
-        *[F.min(F.when(F.col("_d") >= us(a), F.col("_d"))).alias(f"_m{i}") for i, a in enumerate(lowers)],
-        *[F.count(F.when(F.col("_d") < us(a), True)).alias(f"_lt{i}") for i, a in enumerate(lowers)],
-        *[F.count(F.when(F.col("_d") <= us(b), True)).alias(f"_le{j}") for j, b in enumerate(uppers)],
-    )
-    li = {a: i for i, a in enumerate(lowers)}
+    # grouped by the join key too: under a sort-merge join this reuses its partitioning (no shuffle)
+    cell_of_d = F.when(d.isNotNull(), _cell(d, us_points, 0, len(points) - 1))   # null: no pair
+    per_left = (pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
+                .groupBy(*lkeys, "_lid", "ds").agg(
+                    *[F.bit_or(mask_of(c)).alias(f"_mask{c}") for c in range(n_masks)],
+                    *[F.count(F.when(cell < 2 * x, True)).alias(f"_lt{x}") for x in range(len(points))],
+                    *[F.count(F.when(cell <= 2 * x, True)).alias(f"_le{x}") for x in range(len(points))]))
+
+    def matched(a: int, b: int) -> Column:
+        first, last = 2 * at[a], 2 * at[b]
+        hits = [(F.col(f"_mask{c}").bitwiseAND(F.lit(_bits(max(first, 63 * c) - 63 * c,
+                                                             min(last, 63 * c + 62) - 63 * c))) != 0)
+                for c in range(n_masks) if first <= 63 * c + 62 and last >= 63 * c]
+        return reduce(lambda x, y: x | y, hits)
+
     return per_left.groupBy("ds").agg(
         F.count(F.lit(1)).alias("left_events"),
-        *[F.count(F.when(F.col(f"_m{li[a]}") <= us(b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
-        *[F.sum(f"_lt{i}").alias(f"_slt{i}") for i in range(len(lowers))],
-        *[F.sum(f"_le{j}").alias(f"_sle{j}") for j in range(len(uppers))],
+        *[F.count(F.when(matched(a, b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
+        *[F.sum(f"_lt{x}").alias(f"_lt{x}") for x in range(len(points))],
+        *[F.sum(f"_le{x}").alias(f"_le{x}") for x in range(len(points))],
     )
 
 
@@ -262,14 +303,13 @@ def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequenc
     """
     counts = sweep_counts(left, right, spec, candidates, right_days=right_days)
     cands = _check_candidates(candidates)
-    li = {a: i for i, a in enumerate(sorted({a for a, _ in cands}))}
-    uj = {b: j for j, b in enumerate(sorted({b for _, b in cands}))}
+    at = {p: x for x, p in enumerate(sorted({a for a, _ in cands} | {b for _, b in cands}))}
     rows = []
     for r in counts.collect():
         n = int(r["left_events"])
         for k, (a, b) in enumerate(cands):
             matched = int(r[f"_c{k}"])
-            n_pairs = int(r[f"_sle{uj[b]}"] or 0) - int(r[f"_slt{li[a]}"] or 0)
+            n_pairs = int(r[f"_le{at[b]}"] or 0) - int(r[f"_lt{at[a]}"] or 0)
             rows.append((r["ds"], a, b, n, matched, matched / n if n else float("nan"), n_pairs))
     out = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     out = out.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",

@@ -64,7 +64,6 @@ EMPTY_STATE = "No accuracy reports yet — run joinshift demo or the joinshift_r
 _CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
         "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,12 +172,17 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _list(v: Any) -> list:
+    return v if isinstance(v, list) else []
+
+
 def _svg_number(v: float) -> str:
     return f"{v:.1f}"
 
 
 def trend_chart(days: list[str], series: list[dict], width: int = 460, height: int = 170) -> str:
-    """All variants on one y-scale (percent), ds labels at both ends; '' without data."""
+    """All variants on one y-scale (percent), ds labels at both ends; '' without data. Only
+    numbers, escaped ds labels and the fixed variant colours go into the markup."""
     vals = [v for s in series for v in s["values"] if v is not None]
     if len(days) < 2 or not vals:
         return ""
@@ -202,9 +206,11 @@ def trend_chart(days: list[str], series: list[dict], width: int = 460, height: i
                    f'y2="{_svg_number(y(v))}" stroke="#eef2f7"/>')
         out.append(f'<text x="{left - 6}" y="{_svg_number(y(v) + 4)}" text-anchor="end" '
                    f'class="ax">{100 * v:.1f}%</text>')
+    from markupsafe import escape
+
     for i, anchor in ((0, "start"), (len(days) - 1, "end")):
         out.append(f'<text x="{_svg_number(x(i))}" y="{height - 6}" text-anchor="{anchor}" '
-                   f'class="ax">{days[i]}</text>')
+                   f'class="ax">{escape(days[i])}</text>')  # ds comes from report.json
     for s in series:
         pts = [(x(i), y(v)) for i, v in enumerate(s["values"]) if v is not None]
         if not pts:
@@ -227,7 +233,7 @@ def _q(*parts: str) -> str:
 def _match_rates(data: dict, report_mod: Any) -> dict | None:
     """Latest value, change, average and trend per variant over the last ``TREND_DAYS`` ds."""
     by_ds: dict[str, dict[str, float]] = {}
-    for r in data.get("match_rates") or []:
+    for r in _list(data.get("match_rates")):
         if not isinstance(r, dict) or r.get("ds") is None or r.get("variant") is None:
             continue
         rate = _num(r.get("match_rate"))
@@ -275,7 +281,7 @@ def _recommendation(data: dict, report_mod: Any) -> dict | None:
     old = deployed.get("window") or spec.get("window")
     sentence = report_mod.recommendation_sentence(rec, spec)
     verb = sentence.split(" ", 1)[0] if sentence else None
-    pred, base = _num(rec.get("predicted_match_rate")), _num(rec.get("baseline_match_rate"))
+    pred = _num(rec.get("predicted_match_rate"))
     return {
         "deployed": old or "—", "recommended": new or "—",
         "change": (verb or "").lower() if verb in ("Narrow", "Widen", "Shift", "Keep") else None,
@@ -287,15 +293,13 @@ def _recommendation(data: dict, report_mod: Any) -> dict | None:
             ("Output latency", report_mod.fmt_duration(deployed.get("output_latency_s")),
              report_mod.fmt_duration(rec.get("output_latency_s"))),
         ],
-        "share": report_mod.fmt_pct(pred / base, 1) if pred is not None and base else None,
-        "target": report_mod.fmt_pct(rec.get("target_share"), 1) if _num(rec.get("target_share")) is not None else None,
-        "reasons": [str(r) for r in rec.get("reasons") or [] if r][:3],
+        "reasons": [str(r) for r in _list(rec.get("reasons")) if r][:3],
     }
 
 
 def _gates(data: dict) -> list[dict]:
     out = []
-    for g in data.get("gates") or []:
+    for g in _list(data.get("gates")):
         if not isinstance(g, dict):
             continue
         ok = g.get("success") is True
@@ -318,7 +322,7 @@ def _runbooks(data: dict) -> list[dict]:
         rb_dir = _project_root() / "include" / "runbooks"
     except Exception:
         rb_dir = None
-    for rb in data.get("runbooks") or []:
+    for rb in _list(data.get("runbooks")):
         if not isinstance(rb, dict):
             continue
         path = str(rb.get("path") or rb.get("url") or "")
@@ -443,10 +447,11 @@ def _env():
     global _ENV
     if _ENV is None:
         import jinja2
+        from markupsafe import Markup
 
         _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
                                   autoescape=True, trim_blocks=True, lstrip_blocks=True)
-        _ENV.filters["safe_svg"] = lambda s: __import__("markupsafe").Markup(s)
+        _ENV.filters["safe_svg"] = Markup  # SVG built here from numbers and fixed colours only
     return _ENV
 
 

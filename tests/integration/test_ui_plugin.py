@@ -88,10 +88,11 @@ def client(plugin, reports_root):
 
 
 @pytest.fixture()
-def auth_manager(airflow_db):
+def auth_manager(airflow_db, monkeypatch):
     """Airflow's configured auth manager (SimpleAuthManager), initialised in this process."""
     from airflow.api_fastapi.app import init_auth_manager, purge_cached_app
 
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "x" * 64)  # the generated one is short
     am = init_auth_manager()
     yield am
     purge_cached_app()
@@ -255,12 +256,21 @@ def test_a_broken_report_does_not_hide_the_others(plugin, reports_root, tmp_path
     broken.mkdir(parents=True)
     (broken / "report.json").write_text("{not json")
     (root / "new_pipeline").mkdir()  # a folder without reports yet
+    odd = root / "odd_pipeline" / NEWEST  # valid JSON, wrong shapes, markup in values
+    odd.mkdir(parents=True)
+    (odd / "report.json").write_text(json.dumps({
+        "pipeline": "odd_pipeline", "ds": NEWEST, "gates": {"raw_left": True}, "runbooks": "x.md",
+        "recommendation": {"window": "<b>wide</b>", "reasons": "not a list"},
+        "match_rates": [{"ds": "<script>alert(1)</script>", "variant": "stream", "match_rate": 0.9},
+                        {"ds": NEWEST, "variant": "stream", "match_rate": "n/a"}, "junk"]}))
     with _client(plugin, root) as c:
         r = c.get("/joinshift/")
     assert r.status_code == 200
     assert 'data-pipeline="broken_pipeline"' in r.text and "could not be read" in r.text
     assert 'data-pipeline="new_pipeline"' in r.text and "no reports in this folder yet" in r.text
     assert f'data-pipeline="{PIPELINE}"' in r.text and PCT.search(r.text)
+    assert 'data-pipeline="odd_pipeline"' in r.text
+    assert "<script>" not in r.text and "<b>wide</b>" not in r.text and "&lt;b&gt;wide" in r.text
 
 
 def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, monkeypatch):
@@ -322,11 +332,16 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
     if not find_chromium():
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
     t0 = time.monotonic()
+
+    def lap(what: str) -> None:
+        print(f"  {time.monotonic() - t0:5.1f}s {what}", flush=True)
+
     af = request.getfixturevalue("standalone")
     base = af.url
+    lap(f"airflow standalone healthy on {base}")
 
     # without logging in: nothing of the page, a 401 or the way to the login page
-    with httpx.Client(base_url=base, follow_redirects=False, timeout=30) as http:
+    with httpx.Client(base_url=base, follow_redirects=False, timeout=30, trust_env=False) as http:
         r = http.get("/joinshift/")
         assert r.status_code == 401 and PIPELINE not in r.text
         r = http.get("/joinshift/", headers={"accept": "text/html"})
@@ -335,7 +350,9 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert r.status_code == 401 and "daily accuracy report" not in r.text
 
     with Chromium(tmp_path / "chromium-profile", width=1440, height=1000) as browser:
+        lap("chromium up")
         login(browser, base, "admin", "testpass")
+        lap("logged in")
         # the nav entry, then the page inside the UI's iframe
         browser.wait_for("!!document.querySelector('a[href$=\"plugin/join-accuracy\"]')",
                          timeout=30, what="the Join accuracy nav entry")
@@ -343,6 +360,7 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
             "document.querySelector('a[href$=\"plugin/join-accuracy\"]').textContent")
         assert "Join accur" in nav_text
         text = open_plugin_in_ui(browser, base)
+        lap("page open in the UI")
         assert "Join accuracy" in text and PIPELINE in text
         assert PCT.search(text), text[:500]
         frame = "document.querySelector('iframe').contentDocument"
@@ -359,9 +377,10 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         browser.wait_for(
             "(() => { try { const d = document.querySelector('iframe').contentDocument;"
             f" return d.location.pathname.endsWith('/{NEWEST}/report.html') && d.readyState === 'complete'"
-            " && d.body.innerText.includes('daily accuracy report'); } catch (e) { return false; } })()",
+            " && d.body.textContent.includes('daily accuracy report'); } catch (e) { return false; } })()",
             timeout=30, what="the daily report in the iframe")
         browser.screenshot(tmp_path / "daily_report.png")
+        lap("daily report open")
 
         # the same page on its own, and the API with the browser's session token
         browser.goto(f"{base}/joinshift/")
@@ -369,7 +388,7 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert PIPELINE in body and "Data quality gates".upper() in body.upper()
         browser.screenshot(tmp_path / "join_accuracy_full.png", full_page=True)
         token = browser.cookies()["_token"]
-    with httpx.Client(base_url=base, cookies={"_token": token}, timeout=30) as http:
+    with httpx.Client(base_url=base, cookies={"_token": token}, timeout=30, trust_env=False) as http:
         assert http.get("/joinshift/").status_code == 200
         assert http.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.json").json()["ds"] == NEWEST
         for bad in ("..%2Fsecret.html", f"{PIPELINE}/..%2F..%2Fsecret.html", f"{PIPELINE}/escape.html"):

@@ -146,6 +146,12 @@ def test_right_days_same_neighbours_and_all_across_midnight(spark):
     assert right_read_days([D20, D21], [(-H, H)], "same") == [D20, D21]
 
 
+def test_bit_ranges():
+    from jobs.window_sweep import _bits
+
+    assert _bits(0, 0) == 1 and _bits(2, 4) == 0b11100 and _bits(0, 62) == 2**63 - 1
+
+
 def test_no_left_events_gives_no_rows_and_bad_candidates_are_refused(spark):
     spec = make_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")]).limit(0)
@@ -262,16 +268,23 @@ def expected_by_join_events(left, right, spec, cands, right_days):
     return exp
 
 
-@pytest.mark.parametrize("seed, right_days", [(1, "all"), (2, "same"), (3, "neighbours")])
-def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days):
+HOURLY = ("lower=-6h..0/1h,upper=0..6h/1h",   # 49 candidates, 13 bound points: one 63-bit mask
+          [(-6 * H, 6 * H), (-3 * H, 0), (-H, H), (0, 0), (-2 * H, 3 * H), (-5 * H, H), (0, 6 * H)])
+FINE = ("lower=-6h..0/10m,upper=0|30m|1h|6h",    # 148 candidates, 40 points = 79 cells: two masks
+        [(-6 * H, 6 * H), (-H, 0), (-30 * M, 30 * M), (-3 * H, H), (-50 * M, 0), (-40 * M, 30 * M), (0, 0)])
+
+
+@pytest.mark.parametrize("seed, right_days, grid", [
+    (1, "all", HOURLY), (2, "same", HOURLY), (3, "neighbours", HOURLY), (4, "all", FINE)])
+def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, grid):
     spec = make_spec()
     left, right = random_events(spark, seed)
     left, right = left.cache(), right.cache()
     try:
-        grid = parse_grid("lower=-6h..0/1h,upper=0..6h/1h")  # 49 candidates, all from one pass
-        got = sweep(left, right, spec, grid, right_days=right_days)
-        assert len(got) == 49 * got.ds.nunique()
-        checked = [(-6 * H, 6 * H), (-3 * H, 0), (-H, H), (0, 0), (-2 * H, 3 * H), (-5 * H, H), (0, 6 * H)]
+        text, checked = grid
+        cands = parse_grid(text)
+        got = sweep(left, right, spec, cands, right_days=right_days)   # every candidate from one pass
+        assert len(got) == len(cands) * got.ds.nunique()
         got_d = as_dict(got)
         exp = expected_by_join_events(left, right, spec, checked, right_days)
         assert exp  # the data has pairs
@@ -307,14 +320,13 @@ def test_sweep_ds_reads_landed_tables_and_checks_right_partitions(spark, test_se
                               "quarantined long, landed_at timestamp").write.format("delta") \
             .mode("overwrite").save(tables.landing_log)
 
-    log([D20, D21])
+    log([date(2026, 11, 19), D20, D21])
     cands = [(-H, H), (0, 30 * M)]
     same = sweep_ds(spark, spec, [D20, D21], cands, test_settings)
     assert as_dict(same) == {(D20, -H, H): (2, 1, 1), (D20, 0, 30 * M): (2, 0, 0),   # L2 at −1h; R1 is in ds 21
                              (D21, -H, H): (0, 0, 0), (D21, 0, 30 * M): (0, 0, 0)}  # no left events that day
     assert same[same.ds == D21].match_rate.isna().all()
-    with pytest.raises(RuntimeError, match="partitions 2026-11-19, which have not landed"):
-        sweep_ds(spark, spec, [D20], cands, test_settings, right_days="neighbours")
-    log([date(2026, 11, 19), D20, D21])   # neighbours of ds 20 for [−1h, +1h]: ds 19 and 21
-    nb = sweep_ds(spark, spec, [D20], cands, test_settings, right_days="neighbours")
+    with pytest.raises(RuntimeError, match="partitions 2026-11-22, which have not landed"):
+        sweep_ds(spark, spec, [D21], cands, test_settings, right_days="neighbours")   # reads ds 20..22
+    nb = sweep_ds(spark, spec, [D20], cands, test_settings, right_days="neighbours")  # reads ds 19..21
     assert as_dict(nb) == {(D20, -H, H): (2, 2, 2), (D20, 0, 30 * M): (2, 1, 1)}
