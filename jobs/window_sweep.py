@@ -224,8 +224,9 @@ def _bits(lo_bit: int, hi_bit: int) -> int:
 def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
                  *, right_days: str = "all") -> DataFrame:
     """The lazy core of :func:`sweep`: one row per ds with ``left_events``, ``_c<k>`` (matched left
-    events of candidate ``k``, in :func:`_check_candidates` order), ``_lt<x>`` / ``_le<x>`` (pairs
-    with ``d <`` / ``d <=`` bound point ``x``, points = sorted distinct bounds).
+    events of candidate ``k``, in :func:`_check_candidates` order), ``_lt<x>`` (pairs with ``d`` below
+    lower bound point ``x``; absent for the widest lower: 0) and ``_le<x>`` (pairs with ``d`` up to
+    upper bound point ``x``); points = the sorted distinct bounds.
 
     The bound points ``p_0 < ... < p_{n-1}`` cut ``[min lower, max upper]`` into ``2n − 1`` cells
     (each point, and the open gap after it). Per left event ONE aggregate, the bit set of the cells
@@ -236,7 +237,8 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
         raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
     cands = _check_candidates(candidates)
     lo, hi = widest(cands)
-    points = sorted({a for a, _ in cands} | {b for _, b in cands})
+    lowers, uppers = sorted({a for a, _ in cands}), sorted({b for _, b in cands})
+    points = sorted({*lowers, *uppers})
     at = {p: x for x, p in enumerate(points)}
     n_masks = -(-(2 * len(points) - 1) // 63)
 
@@ -271,8 +273,9 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
     per_left = (pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
                 .groupBy(*lkeys, "_lid", "ds").agg(
                     *[F.bit_or(mask_of(c)).alias(f"_mask{c}") for c in range(n_masks)],
-                    *[F.count(F.when(cell < 2 * x, True)).alias(f"_lt{x}") for x in range(len(points))],
-                    *[F.count(F.when(cell <= 2 * x, True)).alias(f"_le{x}") for x in range(len(points))]))
+                    # pairs below each lower bound (none below the widest one) and up to each upper bound
+                    *[F.count(F.when(cell < 2 * at[a], True)).alias(f"_lt{at[a]}") for a in lowers if a > lo],
+                    *[F.count(F.when(cell <= 2 * at[b], True)).alias(f"_le{at[b]}") for b in uppers]))
 
     def matched(a: int, b: int) -> Column:
         first, last = 2 * at[a], 2 * at[b]
@@ -284,8 +287,8 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
     return per_left.groupBy("ds").agg(
         F.count(F.lit(1)).alias("left_events"),
         *[F.count(F.when(matched(a, b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
-        *[F.sum(f"_lt{x}").alias(f"_lt{x}") for x in range(len(points))],
-        *[F.sum(f"_le{x}").alias(f"_le{x}") for x in range(len(points))],
+        *[F.sum(f"_lt{at[a]}").alias(f"_lt{at[a]}") for a in lowers if a > lo],
+        *[F.sum(f"_le{at[b]}").alias(f"_le{at[b]}") for b in uppers],
     )
 
 
@@ -305,11 +308,13 @@ def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequenc
     cands = _check_candidates(candidates)
     at = {p: x for x, p in enumerate(sorted({a for a, _ in cands} | {b for _, b in cands}))}
     rows = []
+    fields = set(counts.columns)
     for r in counts.collect():
         n = int(r["left_events"])
         for k, (a, b) in enumerate(cands):
             matched = int(r[f"_c{k}"])
-            n_pairs = int(r[f"_le{at[b]}"] or 0) - int(r[f"_lt{at[a]}"] or 0)
+            below = r[f"_lt{at[a]}"] if f"_lt{at[a]}" in fields else 0
+            n_pairs = int(r[f"_le{at[b]}"] or 0) - int(below or 0)
             rows.append((r["ds"], a, b, n, matched, matched / n if n else float("nan"), n_pairs))
     out = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     out = out.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",
