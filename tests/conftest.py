@@ -31,9 +31,13 @@ os.environ.update({
 os.environ.pop("JOINSHIFT_KAFKA_BOOTSTRAP", None)
 os.environ.pop("JOINSHIFT_CONFIG", None)
 
+import logging  # noqa: E402
+
 from jobs.airflow_env import apply_airflow_env  # noqa: E402
 
 apply_airflow_env()
+# py4j logs its shutdown after pytest closed the streams it captured
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -46,6 +46,7 @@ def pipeline(spark, kafka, dagbag, spec, test_settings, test_root):
         run("joinshift_daily", ds, conf)
     for ds in DAYS:
         run("joinshift_compare", ds, conf)
+    run("joinshift_report", DAYS[-1], conf)
     return wl
 
 
@@ -112,8 +113,9 @@ def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, spec,
     from jobs.tables import Tables
 
     t = Tables.of(spec, test_settings)
-    one = _pairs(_read(spark, t.output("batch_1d_1d")), "right_event_id IS NOT NULL")
-    two = _pairs(_read(spark, t.output("batch_1d_2d")), "right_event_id IS NOT NULL")
+    days = ", ".join(f"'{d}'" for d in DAYS)
+    one = _pairs(_read(spark, t.output("batch_1d_1d")), f"right_event_id IS NOT NULL AND ds IN ({days})")
+    two = _pairs(_read(spark, t.output("batch_1d_2d")), f"right_event_id IS NOT NULL AND ds IN ({days})")
     assert one < two  # strictly more: late clicks that landed in the next ds
 
 
@@ -190,3 +192,28 @@ def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipelin
         assert a["counts"]["midnight_gain"] == len({lid for lid, _ in stream} - {lid for lid, _ in one})
         for ids in a["samples"].values():
             assert set(ids) <= (missed | {lid for lid, _ in stream})
+
+
+def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spark, spec, test_settings):
+    import json
+    from pathlib import Path
+
+    from jobs.tables import Tables
+
+    t = Tables.of(spec, test_settings)
+    gates = {r.suite: r.success for r in _read(spark, t._t("quality_gates")).where(f"ds = '{DAYS[-1]}'").collect()}
+    assert gates and all(gates.values()), gates
+    root = Path(test_settings.path("reports", spec.pipeline))
+    latest = json.loads((root / "latest.json").read_text())
+    assert latest["ds"] == str(DAYS[-1])
+    folder = root / str(DAYS[-1])
+    data = json.loads((folder / "report.json").read_text())
+    for key in ("match_rates", "boundary_deltas", "sweep", "pt", "attribution", "recommendation", "gates", "runbooks"):
+        assert data.get(key), f"report section {key} is empty"
+    for png in ("match_rate_by_day", "match_rate_vs_window", "memory_vs_window", "pt_delay", "boundary_deltas",
+                "attribution"):
+        assert (folder / f"{png}.png").stat().st_size > 5000
+    rec = data["recommendation"]
+    assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1
+    rec_file = Path(test_settings.path("recommendations", spec.pipeline)) / f"{DAYS[-1]}.json"
+    assert json.loads(rec_file.read_text())["window"] == rec["window"]
