@@ -8,7 +8,7 @@ the next micro-batch (mid foreachBatch, mid Delta commit). Measured per kill: se
 SIGKILL to the output Delta table's next new version (the first new output rows after the
 automatic restart).
 
-    python -m bench.chaos --kills 20 [--left-events 1000] [--max-offsets 60] [--seed 2026]
+    python -m bench.chaos --kills 20 [--left-events 600] [--max-offsets 40] [--seed 2026]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _wait(cond, timeout: float, step: float = 0.2) -> bool:
 
 def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills: int, seed: int,
               broker=None, broker_bounce_after: int | None = None, trigger_interval: str = "1 second",
-              stall_after_s: float = 90, step_timeout_s: float = 150, finish_timeout_s: float = 180,
+              stall_after_s: float = 240, step_timeout_s: float = 360, finish_timeout_s: float = 300,
               backoff_s=(0.5, 1, 2, 4, 8), log=print) -> dict[str, Any]:
     """Supervise the stream process of ``spec`` (settings ``s``) and SIGKILL it ``kills`` times;
     bounce ``broker`` (stop, start: same port and data) after kill ``broker_bounce_after``; then
@@ -111,7 +111,7 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
 
     def run_supervisor() -> None:
         try:
-            result["report"] = supervise(spec, s, spec_path=spec_path, checks=10**9, interval_s=0.5,
+            result["report"] = supervise(spec, s, spec_path=spec_path, checks=10**9, interval_s=1.0,
                                          stall_after_s=stall_after_s, max_restarts=kills * 3 + 10,
                                          backoff_s=backoff_s, process=proc, stop=stop, bootstrap=bootstrap,
                                          on_alert=lambda k, m: alerts.append((k, m)))
@@ -212,8 +212,8 @@ def _drained_fn(spec, s, proc, bootstrap, stall_after_s) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=20)
-    p.add_argument("--left-events", type=int, default=1000, help="left events (one day)")
-    p.add_argument("--max-offsets", type=int, default=60, help="maxOffsetsPerTrigger")
+    p.add_argument("--left-events", type=int, default=600, help="left events (one day)")
+    p.add_argument("--max-offsets", type=int, default=40, help="maxOffsetsPerTrigger")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--no-broker-bounce", action="store_true")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench" / "chaos"), help="scratch folder (wiped)")

@@ -10,7 +10,7 @@ partitioned by arrival ds, then read back like the landed tables):
    left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected;
 3. their ratio (goal: sweep <= 1.5 × one join).
 
-Each is run once to warm up, then ``--repeat`` times alternately; the medians are compared, in
+Each is run ``--warmup`` times untimed, then ``--repeat`` times alternately; the medians are compared, in
 wall-clock seconds and in task CPU seconds (summed over the action's Spark stages, from the Spark
 UI's REST API: the steadier measure when other processes share the cores).
 
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--left-events", type=int, default=200_000, help="left events per day (default 200000)")
     p.add_argument("--days", type=int, default=2, choices=(1, 2), help="days of traffic (the first ds is timed)")
     p.add_argument("--grid", default=DEFAULT_GRID, help=f"candidate windows (default {DEFAULT_GRID!r}: K=50)")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs of each, after one warm-up (median)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs of each first (default 2)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs of each, after the warm-up (median; default 5)")
     p.add_argument("--action", choices=("count", "noop"), default="count",
                    help="how the single join is materialised: .count() or a full write to the noop sink")
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
@@ -139,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         def the_sweep():
             return sweep(left, right, spec, grid, right_days="same")
 
-        rows = one_join()                        # warm-up
-        result = the_sweep()
+        for _ in range(args.warmup):             # JIT and code generation settle over the first runs
+            rows = one_join()
+            result = the_sweep()
         runs = {"join": [], "sweep": []}
         for _ in range(args.repeat):
             runs["join"].append(cpu.measure(one_join)[:2])

@@ -120,7 +120,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     plan.backup = backup_and_clear(plan.checkpoint)
     (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
                                 starting_offsets={t: o for t, o in plan.offsets.items()},
-                                dedupe=True, owned_from=cutover)
+                                owned_from=cutover)
     q.awaitTermination()
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan

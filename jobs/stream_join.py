@@ -6,7 +6,8 @@ the landing job assigns), so stream and batch are compared on the same left popu
 
 Exactly-once into Delta: each micro-batch is written by an insert-only MERGE keyed by the output
 rows (left id, right id) — or by left id for 1-to-1, which keeps the first-arrived match — so a
-micro-batch replayed after a crash, or rows a fresh checkpoint recomputes, never duplicate.
+micro-batch replayed after a crash, a record its producer re-sent, or rows a fresh checkpoint
+recomputes never duplicate.
 
 Two run modes from the same code::
 
@@ -73,26 +74,19 @@ def select_batch_rows(batch: DataFrame, spec: JoinSpec) -> DataFrame:
 class JoinSink:
     """``foreachBatch`` writer of the join output, exactly once.
 
-    1-to-n: a plain Delta append made idempotent by Delta's transaction ids (``txnAppId`` = the
-    query id from the checkpoint, ``txnVersion`` = the batch id): a micro-batch re-run after a
-    crash is skipped by Delta. 1-to-1, or ``dedupe=True`` (a replay from a fresh checkpoint, whose
-    query id is new, over rows an earlier run already wrote): an insert-only MERGE keyed by the
-    output rows, which costs a read of the touched ds partitions per micro-batch.
+    An insert-only MERGE keyed by the output rows (left id, right id; the left id alone for
+    1-to-1, which keeps the first-arrived match): a micro-batch re-run after a crash, a record
+    re-sent by its producer (same event id, any micro-batch), and rows a replay from a fresh
+    checkpoint recomputes are all written once. Delta's transaction-id idempotence would cover
+    only the first (it is keyed by the query id, which a fresh checkpoint changes). The MERGE
+    reads only the ds partitions the micro-batch touches.
     """
 
-    def __init__(self, spec: JoinSpec, tables: Tables, *, dedupe: bool = False, owned_from=None,
+    def __init__(self, spec: JoinSpec, tables: Tables, *, owned_from=None,
                  on_batch: Callable[[int], None] | None = None):
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
-        self.dedupe = dedupe or spec.join.cardinality == Cardinality.one_to_one
-        self._query_id: str | None = None
-
-    def query_id(self, spark: SparkSession) -> str:
-        if self._query_id is None:
-            meta = spark.read.text(self.tables.checkpoint(JOIN_QUERY) + "/metadata").first()
-            self._query_id = json.loads(meta[0])["id"]
-        return self._query_id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = select_batch_rows(batch, self.spec)
@@ -100,14 +94,8 @@ class JoinSink:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         rows = rows.persist()
         try:
-            if rows.isEmpty():
-                pass  # nothing to write: no empty Delta commit per no-data batch
-            elif self.dedupe:
+            if not rows.isEmpty():  # no empty Delta commit per no-data batch
                 delta_io.insert_new(rows, self.path, self.keys)
-            else:
-                (rows.write.format("delta").mode("append").partitionBy("ds")
-                 .option("txnAppId", self.query_id(batch.sparkSession)).option("txnVersion", batch_id)
-                 .save(self.path))
         finally:
             rows.unpersist()
         if self.on_batch:
@@ -180,7 +168,7 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          s: Settings | None = None, available_now: bool = False,
                          trigger_interval: str | None = None, quarantine: bool = True,
                          starting_offsets: dict[str, dict[str, int]] | None = None,
-                         dedupe: bool = False, owned_from=None,
+                         owned_from=None,
                          on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
@@ -197,7 +185,7 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                                                     start_of(spec.side(side).topic)),
                                   spec.side(side), spec) for side in ("left", "right")}
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
-    sink = JoinSink(spec, tables, dedupe=dedupe, owned_from=owned_from, on_batch=on_batch)
+    sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch)
 
     queries = [_with_trigger(
         joined.writeStream.queryName(JOIN_QUERY).outputMode("append")

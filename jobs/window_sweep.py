@@ -17,8 +17,10 @@ just enough to decide every narrower window:
 3. ONE aggregation per ds: for every candidate ``count((bits & cells(a, b)) != 0)`` matched left
    events, and pairs in the window ``= #(d <= b) − #(d < a)``; collected as one row per ds.
 
-So the cost is one join plus two aggregations whatever the number of candidates (the first
-aggregation groups by the join key, so it reuses the join's partitioning: no extra shuffle).
+So the cost is one join plus two aggregations whatever the number of candidates: the left side
+is hash-partitioned by the join key once, the join output keeps that partitioning (broadcast or
+sort-merge), and the first aggregation groups by the key too, so it needs no further shuffle; the
+second one shuffles one small row per partition.
 
 Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.compare`); a left
 event is one left row (landed event ids are unique). ``pairs`` counts every (left, right) pair in
@@ -257,6 +259,10 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
         cond = cond & (F.col("_right_ds") == F.col("ds"))
     elif right_days == "neighbours":
         cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(lo, hi))
+    # Left events hash-partitioned by the equi-join keys up front: whether Spark then broadcasts the
+    # right side or sort-merges, the join output keeps that partitioning, so the per-left
+    # aggregation below (grouped by the key too) runs without another shuffle.
+    l_df = l_df.repartition(*lkeys, *(["ds"] if right_days == "same" else []))
     pairs = l_df.join(r_df, cond, "left")
     # exact offset in microseconds (null for a left event without any pair), and its cell
     d = F.unix_micros(F.col(rt)) - F.unix_micros(F.col(lt))
@@ -268,7 +274,6 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
             return F.expr("shiftleft(1L, _cell)")
         return F.when(cell.between(63 * c, 63 * c + 62), F.expr(f"shiftleft(1L, _cell - {63 * c})"))
 
-    # grouped by the join key too: under a sort-merge join this reuses its partitioning (no shuffle)
     cell_of_d = F.when(d.isNotNull(), _cell(d, us_points, 0, len(points) - 1))   # null: no pair
     per_left = (pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
                 .groupBy(*lkeys, "_lid", "ds").agg(

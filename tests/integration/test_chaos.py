@@ -6,10 +6,15 @@ duplicated)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+#: SIGKILLs per run (each costs a fresh Spark JVM and its first micro-batch: ~15 s on an idle
+#: 2-core machine, ~60 s at load 10); lower it on a crowded CI box.
+KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "5"))
 
 
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, spec, test_settings, test_root):
@@ -31,15 +36,17 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, s
     run = dataclasses.replace(test_settings, storage_root=str(test_root / name / "supervised"),
                               spark_driver_memory="1g")
     spec_path = write_spec(ch, test_root / name / "chaos.yaml")
-    res = chaos_run(ch, spec_path, run, kafka, kills=5, seed=2026, broker=EmbeddedKafka(test_settings),
-                    broker_bounce_after=3, log=lambda m: print(m, flush=True))
+    res = chaos_run(ch, spec_path, run, kafka, kills=KILLS, seed=2026, broker=EmbeddedKafka(test_settings),
+                    broker_bounce_after=max(1, KILLS - 2), log=lambda m: print(m, flush=True))
     print({k: v for k, v in res.items() if k != "report"})
 
     got = output_rows(spark, ch, run)
-    assert len(got) == len(set(got)), "duplicated output rows"
+    # the workload itself delivers a few events twice (the reference has those pairs twice too):
+    # a restart must not add any duplicate beyond them
+    assert len(got) - len(set(got)) == len(expected) - len(set(expected)), "duplicated output rows"
     assert got == expected, f"{len(set(expected) - set(got))} rows lost, {len(set(got) - set(expected))} extra"
     assert res["broker_bounced"]
-    assert res["kills"] >= 4, "the input drained before the chaos was done: make the workload bigger"
+    assert res["kills"] >= min(KILLS, 3), "the input drained before the chaos was done: make the workload bigger"
     assert res["restarts"] >= res["kills"], res["restart_reasons"]
     assert all(r.startswith(("exited", "stalled", "not running")) for r in res["restart_reasons"])
 

@@ -24,7 +24,7 @@ def _isolated_spec(spec, name: str, cardinality: str):
         "left": side(spec.left, "left"),
         "right": side(spec.right, "right"),
         "join": spec.join.model_copy(update={"cardinality": cardinality}),
-        "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": 150}),
+        "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": 80}),
     })
 
 
@@ -43,7 +43,7 @@ def _output(spark, spec, s):
     return sorted(tuple(r) for r in df.select("left_event_id", "right_event_id").collect())
 
 
-@pytest.mark.parametrize("cardinality", ["1-to-n", "1-to-1"])
+@pytest.mark.parametrize("cardinality", ["1-to-n"])
 def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
         spark, kafka, spec, test_settings, test_root, cardinality):
     from jobs.kafka_broker import create_topic
