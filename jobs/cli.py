@@ -287,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = with_spec(cmd("demo", cmd_demo, "the main job: two generated days through batch and streaming "
                                         "joins side by side, then the comparison"))
     d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})")
-    d.add_argument("--slice-minutes", type=_positive_int, default=30,
-                   help="simulated minutes of arrivals per streaming micro-batch (default: 30)")
+    d.add_argument("--slice-minutes", type=_positive_int, default=60,
+                   help="simulated minutes of arrivals per streaming micro-batch (default: 60)")
     d.add_argument("--keep", action="store_true",
                    help="keep the previous demo's topics and tables instead of starting clean")
 

@@ -63,7 +63,7 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 30, keep: bool = False) -> int:
+def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False) -> int:
     env = apply_airflow_env()
     _ensure_airflow_db(env)
     from jobs import orchestration

@@ -350,15 +350,14 @@ def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candi
     events gets rows with ``left_events`` 0 and a NaN match rate.
     """
     from jobs import delta_io
-    from jobs.batch_join import landed_days
+    from jobs.batch_join import landed_days, missing_days
     from jobs.tables import Tables
 
     if not ds_list:
         raise ValueError("ds_list is empty: name at least one left partition")
     tables = Tables.of(spec, s)
     days = right_read_days(ds_list, candidates, right_days)
-    landed = set(landed_days(spark, tables, "right"))
-    missing = [d for d in days if d not in landed]
+    missing = missing_days(list(days), landed_days(spark, tables, "right"))
     if missing:
         raise RuntimeError(
             f"the window sweep ({right_days}) for ds {', '.join(map(str, ds_list))} needs right-stream "
