@@ -57,13 +57,26 @@ def _parse_offsets(value) -> dict[str, dict[str, int]]:
     return {t: {str(k): int(v) for k, v in parts.items()} for t, parts in value.items()}
 
 
+#: Which watermark filters late rows in a micro-batch: the one the batch reports ("current"), or
+#: the previous batch's ("previous": Spark's watermark for late events when stateful operators
+#: are chained). Both are offered because the product must explain either.
+WATERMARK_POLICIES = ("current", "previous")
+
+
 def with_processing_watermark(spark: SparkSession, landed: DataFrame, topic: str, progress: list[dict],
-                              event_time: str) -> DataFrame:
+                              event_time: str, policy: str = "current") -> DataFrame:
     """Landed rows of ``topic`` + ``_batch_id``, ``_watermark`` and ``_dropped_late``.
 
     Rows the stream has not read yet get null ``_batch_id`` and ``_dropped_late`` false.
     """
+    if policy not in WATERMARK_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(WATERMARK_POLICIES)}, not {policy!r}")
     ranges = [r for r in batch_offset_ranges(progress) if r[1] == topic]
+    if policy == "previous":
+        wm_of = {}
+        for p in progress:
+            wm_of[p["batchId"]] = _ms((p.get("eventTime") or {}).get("watermark")) or 0
+        ranges = [(b, t, part, st, en, wm_of.get(b - 1, 0)) for b, t, part, st, en, _ in ranges]
     schema = "_batch_id long, _topic string, _p int, _start long, _end long, _watermark_ms long"
     rdf = spark.createDataFrame(ranges, schema)
     cond = (F.col(PARTITION) == F.col("_p")) & (F.col(OFFSET) >= F.col("_start")) & (F.col(OFFSET) < F.col("_end"))
@@ -77,11 +90,11 @@ def with_processing_watermark(spark: SparkSession, landed: DataFrame, topic: str
 
 
 def stream_view(spark: SparkSession, spec: JoinSpec, left: DataFrame, right: DataFrame,
-                progress: list[dict]) -> tuple[DataFrame, DataFrame]:
+                progress: list[dict], policy: str = "current") -> tuple[DataFrame, DataFrame]:
     """Both sides' landed rows annotated with what the streaming join did with them."""
     return (
-        with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time),
-        with_processing_watermark(spark, right, spec.right.topic, progress, spec.right.event_time),
+        with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time, policy),
+        with_processing_watermark(spark, right, spec.right.topic, progress, spec.right.event_time, policy),
     )
 
 
