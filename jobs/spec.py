@@ -293,29 +293,53 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join("schema" if p == "schema_" else str(p) for p in loc) or "(top level)"
 
 
-def parse_spec(data: Any, source: str = "<spec>") -> JoinSpec:
-    """Validate a mapping (parsed YAML) into a :class:`JoinSpec`; errors name every bad field."""
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def validate_model(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
+    """Validate ``data`` into ``model``; a :class:`SpecError` names every bad field and what is allowed.
+
+    Shared by join specs and workload files, so both fail the same helpful way.
+    """
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a join spec is a YAML mapping, got {type(data).__name__}")
+        raise SpecError(f"{source}: a {what} is a YAML mapping, got {type(data).__name__}")
     try:
-        return JoinSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
             msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "enum":
-                msg = f"{msg} (got {err.get('input')!r})"
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, err['loc']))}"
+            elif "input" in err and err["type"] not in ("value_error", "missing"):
+                msg = f"{msg} (got {err['input']!r})"
             lines.append(f"  {_field_path(err['loc'])}: {msg}")
-        raise SpecError(f"{source}: invalid join spec\n" + "\n".join(lines)) from None
+        raise SpecError(f"{source}: invalid {what}\n" + "\n".join(lines)) from None
+
+
+def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
+    """A YAML file's content and its name for messages; a clear error if missing or not YAML."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{what} {p} does not exist")
+    try:
+        return yaml.safe_load(p.read_text()), str(p)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: not valid YAML: {exc}") from None
+
+
+def parse_spec(data: Any, source: str = "<spec>") -> JoinSpec:
+    """Validate a mapping (parsed YAML) into a :class:`JoinSpec`; errors name every bad field."""
+    return validate_model(JoinSpec, data, source, "join spec")
 
 
 def load_spec(path: str | Path) -> JoinSpec:
     """Read and validate a join spec YAML file."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"join spec {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML: {exc}") from None
-    return parse_spec(data, source=str(p))
+    data, source = read_yaml(path, "join spec")
+    return parse_spec(data, source=source)

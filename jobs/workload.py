@@ -72,10 +72,9 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jobs.spec import Duration, JoinSpec, SpecError, StreamSpec, UnknownFields
+from jobs.spec import Duration, JoinSpec, SpecError, StreamSpec, UnknownFields, read_yaml, validate_model
 
 log = logging.getLogger("joinshift.workload")
 
@@ -224,50 +223,15 @@ class WorkloadParams(_Strict):
         return self.distinct_keys_per_day or max(1, round(self.left_events_per_day * 0.85))
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(top level)"
-
-
-def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = WorkloadParams
-    for part in loc[:-1]:
-        ann = model.model_fields.get(str(part))
-        if ann is None or not (isinstance(ann.annotation, type) and issubclass(ann.annotation, BaseModel)):
-            return []
-        model = ann.annotation
-    return list(model.model_fields)
-
-
 def parse_workload(data: Any, source: str = "<workload>") -> WorkloadParams:
     """Validate a mapping (parsed YAML) into :class:`WorkloadParams`; errors name every bad field."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: a workload is a YAML mapping, got {type(data).__name__}")
-    try:
-        return WorkloadParams.model_validate(data)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field; allowed: {', '.join(_allowed_fields(err['loc']))}"
-            elif "input" in err and err["type"] != "value_error":
-                msg = f"{msg} (got {err['input']!r})"
-            lines.append(f"  {_field_path(err['loc'])}: {msg}")
-        raise SpecError(f"{source}: invalid workload\n" + "\n".join(lines)) from None
+    return validate_model(WorkloadParams, {} if data is None else data, source, "workload")
 
 
 def load_workload(path: str | Path) -> WorkloadParams:
     """Read and validate a workload YAML file (an empty file means all defaults)."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"workload file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML: {exc}") from None
-    return parse_workload(data, source=str(p))
+    data, source = read_yaml(path, "workload file")
+    return parse_workload(data, source=source)
 
 
 # --------------------------------------------------------------------------------------------
