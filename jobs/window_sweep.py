@@ -14,16 +14,19 @@ just enough to decide every narrower window:
    63 cells). A left event matches ``[p_x, p_y]`` iff some ``d`` has ``p_x <= d <= p_y``, i.e. iff
    a bit of cells ``2x..2y`` is set (min/max of ``d`` alone would not do: offsets {−5h, +5h}
    match [−6h, +6h], not [−1h, +1h]). The same aggregation counts pairs below / up to each point;
-3. ONE aggregation per ds: for every candidate ``count((bits & cells(a, b)) != 0)`` matched left
-   events, and pairs in the window ``= #(d <= b) − #(d < a)``; collected as one row per ds.
+3. ONE aggregation per (ds, bit set): left events and their pair counts per distinct cell set
+   (few rows: left events share few cell sets), collected; then numpy decides every candidate:
+   matched = left events whose bits meet ``cells(a, b)``, pairs in the window
+   ``= #(d <= b) − #(d < a)``.
 
-So the cost is one join plus two aggregations whatever the number of candidates: the left side
-is hash-partitioned by the join key once, the join output keeps that partitioning (broadcast or
-sort-merge), and the first aggregation groups by the key too, so it needs no further shuffle; the
-second one shuffles one small row per partition.
+So the cost is one join plus two aggregations whatever the number of candidates (K does not even
+enter the Spark plan, only the number of distinct bounds does): the left side is hash-partitioned
+by the join key once, the join output keeps that partitioning (broadcast or sort-merge), and the
+first aggregation groups by the key too, so it needs no further shuffle; the second one shuffles
+a few small rows.
 
 Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.compare`); a left
-event is one left row (landed event ids are unique). ``pairs`` counts every (left, right) pair in
+event is one left row (landed event ids are unique, so this is compare's distinct-id count too). ``pairs`` counts every (left, right) pair in
 the window, i.e. the 1-to-n output rows that have a right side, whatever the spec's cardinality
 (under 1-to-1 the join emits ``matched_left`` of them): what state and output sizes follow.
 
@@ -55,8 +58,8 @@ import argparse
 import re
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
-from functools import reduce
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -219,31 +222,53 @@ def _cell(d: Column, points: Sequence[int], i: int, j: int) -> Column:
 
 
 def _bits(lo_bit: int, hi_bit: int) -> int:
-    """A signed long with bits ``lo_bit..hi_bit`` set (0 <= lo_bit <= hi_bit < 63)."""
+    """A long with bits ``lo_bit..hi_bit`` set (0 <= lo_bit <= hi_bit < 63)."""
     return ((1 << (hi_bit + 1)) - 1) ^ ((1 << lo_bit) - 1)
 
 
-def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
-                 *, right_days: str = "all") -> DataFrame:
-    """The lazy core of :func:`sweep`: one row per ds with ``left_events``, ``_c<k>`` (matched left
-    events of candidate ``k``, in :func:`_check_candidates` order), ``_lt<x>`` (pairs with ``d`` below
-    lower bound point ``x``; absent for the widest lower: 0) and ``_le<x>`` (pairs with ``d`` up to
-    upper bound point ``x``); points = the sorted distinct bounds.
+class _Cells:
+    """The cells of a candidate set: sorted distinct bound points, bit layout, selection masks."""
 
-    The bound points ``p_0 < ... < p_{n-1}`` cut ``[min lower, max upper]`` into ``2n − 1`` cells
-    (each point, and the open gap after it). Per left event ONE aggregate, the bit set of the cells
-    its offsets fall in (a long per 63 cells); it matches ``[p_x, p_y]`` iff a bit of cells
-    ``2x..2y`` is set.
+    BITS = 63  # cells per long (the sign bit stays clear)
+
+    def __init__(self, cands: Sequence[tuple[int, int]]):
+        self.cands = list(cands)
+        self.lo, self.hi = widest(self.cands)
+        self.lowers = sorted({a for a, _ in self.cands})
+        self.uppers = sorted({b for _, b in self.cands})
+        self.points = sorted({*self.lowers, *self.uppers})
+        self.at = {p: x for x, p in enumerate(self.points)}
+        self.n_masks = -(-(2 * len(self.points) - 1) // self.BITS)
+        self.masks = [f"_mask{c}" for c in range(self.n_masks)]
+        #: pairs with d below each lower point (none below the widest) and up to each upper point
+        self.below = {a: f"_lt{self.at[a]}" for a in self.lowers if a > self.lo}
+        self.upto = {b: f"_le{self.at[b]}" for b in self.uppers}
+
+    def selection(self, a: int, b: int) -> list[int]:
+        """Per mask long, the bits of cells ``2x..2y`` of candidate ``[p_x, p_y]``."""
+        first, last = 2 * self.at[a], 2 * self.at[b]
+        out = []
+        for c in range(self.n_masks):
+            lo_bit, hi_bit = max(first, self.BITS * c), min(last, self.BITS * c + self.BITS - 1)
+            out.append(_bits(lo_bit - self.BITS * c, hi_bit - self.BITS * c) if lo_bit <= hi_bit else 0)
+        return out
+
+
+def sweep_cells(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
+                *, right_days: str = "all") -> DataFrame:
+    """The lazy Spark part of :func:`sweep`: left events counted per ds and *cell set*.
+
+    The bound points ``p_0 < … < p_{n−1}`` (sorted distinct bounds of all candidates) cut
+    ``[min lower, max upper]`` into ``2n − 1`` cells: point ``p_x`` is cell ``2x``, the open gap
+    after it cell ``2x + 1``. Per left event ONE bit set of the cells its offsets fall in
+    (``_mask0``, ``_mask1``, …: 63 cells per long; 0 for a left event without a pair); it matches
+    ``[p_x, p_y]`` iff one of the bits ``2x..2y`` is set. Rows: ``ds``, the masks, ``_n`` (left
+    events with that cell set), ``_lt<x>`` / ``_le<x>`` (their pairs with ``d`` below lower point
+    ``x`` / up to upper point ``x``). Few rows: left events share few distinct cell sets.
     """
     if right_days not in RIGHT_DAYS:
         raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
-    cands = _check_candidates(candidates)
-    lo, hi = widest(cands)
-    lowers, uppers = sorted({a for a, _ in cands}), sorted({b for _, b in cands})
-    points = sorted({*lowers, *uppers})
-    at = {p: x for x, p in enumerate(points)}
-    n_masks = -(-(2 * len(points) - 1) // 63)
-
+    cl = _Cells(_check_candidates(candidates))
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
     lkeys = [col_name("left", k) for k in spec.left.key]
     # a left event is a left row: a row id, so nothing depends on event ids being unique
@@ -254,11 +279,11 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
                         F.col(spec.right.event_time).alias(rt), F.col("ds").alias("_right_ds"))
 
     cond = key_condition(spec) & window_condition(
-        spec.with_window(timedelta(seconds=lo), timedelta(seconds=hi)))
+        spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
     if right_days == "same":
         cond = cond & (F.col("_right_ds") == F.col("ds"))
     elif right_days == "neighbours":
-        cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(lo, hi))
+        cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(cl.lo, cl.hi))
     # Left events hash-partitioned by the equi-join keys up front: whether Spark then broadcasts the
     # right side or sort-merges, the join output keeps that partitioning, so the per-left
     # aggregation below (grouped by the key too) runs without another shuffle.
@@ -266,65 +291,64 @@ def sweep_counts(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: 
     pairs = l_df.join(r_df, cond, "left")
     # exact offset in microseconds (null for a left event without any pair), and its cell
     d = F.unix_micros(F.col(rt)) - F.unix_micros(F.col(lt))
-    us_points = [p * _US for p in points]
+    cell_of_d = F.when(d.isNotNull(), _cell(d, [p * _US for p in cl.points], 0, len(cl.points) - 1))
     cell = F.col("_cell")
 
     def mask_of(c: int) -> Column:
-        if n_masks == 1:
+        if cl.n_masks == 1:
             return F.expr("shiftleft(1L, _cell)")
-        return F.when(cell.between(63 * c, 63 * c + 62), F.expr(f"shiftleft(1L, _cell - {63 * c})"))
+        return F.when(cell.between(cl.BITS * c, cl.BITS * c + cl.BITS - 1),
+                      F.expr(f"shiftleft(1L, _cell - {cl.BITS * c})"))
 
-    cell_of_d = F.when(d.isNotNull(), _cell(d, us_points, 0, len(points) - 1))   # null: no pair
     per_left = (pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
                 .groupBy(*lkeys, "_lid", "ds").agg(
-                    *[F.bit_or(mask_of(c)).alias(f"_mask{c}") for c in range(n_masks)],
-                    # pairs below each lower bound (none below the widest one) and up to each upper bound
-                    *[F.count(F.when(cell < 2 * at[a], True)).alias(f"_lt{at[a]}") for a in lowers if a > lo],
-                    *[F.count(F.when(cell <= 2 * at[b], True)).alias(f"_le{at[b]}") for b in uppers]))
-
-    def matched(a: int, b: int) -> Column:
-        first, last = 2 * at[a], 2 * at[b]
-        hits = [(F.col(f"_mask{c}").bitwiseAND(F.lit(_bits(max(first, 63 * c) - 63 * c,
-                                                             min(last, 63 * c + 62) - 63 * c))) != 0)
-                for c in range(n_masks) if first <= 63 * c + 62 and last >= 63 * c]
-        return reduce(lambda x, y: x | y, hits)
-
-    return per_left.groupBy("ds").agg(
-        F.count(F.lit(1)).alias("left_events"),
-        *[F.count(F.when(matched(a, b), True)).alias(f"_c{k}") for k, (a, b) in enumerate(cands)],
-        *[F.sum(f"_lt{at[a]}").alias(f"_lt{at[a]}") for a in lowers if a > lo],
-        *[F.sum(f"_le{at[b]}").alias(f"_le{at[b]}") for b in uppers],
-    )
+                    *[F.coalesce(F.bit_or(mask_of(c)), F.lit(0).cast("long")).alias(m)
+                      for c, m in enumerate(cl.masks)],
+                    *[F.count(F.when(cell < 2 * cl.at[a], True)).alias(col) for a, col in cl.below.items()],
+                    *[F.count(F.when(cell <= 2 * cl.at[b], True)).alias(col) for b, col in cl.upto.items()]))
+    # K never enters the plan: candidates are decided on these few rows
+    return per_left.groupBy("ds", *cl.masks).agg(
+        F.count(F.lit(1)).alias("_n"),
+        *[F.sum(col).alias(col) for col in (*cl.below.values(), *cl.upto.values())])
 
 
 def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
           *, right_days: str = "all") -> pd.DataFrame:
     """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
 
-    One Spark job: 1 join + 2 aggregations, whatever ``len(candidates)``. Returns a pandas frame
-    with :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
+    One Spark job (1 join + 2 aggregations, see :func:`sweep_cells`), then every candidate is
+    decided on the collected cell sets with numpy. Returns a pandas frame with
+    :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
 
     Example::
 
         rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
                       right_days="same")
     """
-    counts = sweep_counts(left, right, spec, candidates, right_days=right_days)
     cands = _check_candidates(candidates)
-    at = {p: x for x, p in enumerate(sorted({a for a, _ in cands} | {b for _, b in cands}))}
-    rows = []
-    fields = set(counts.columns)
-    for r in counts.collect():
-        n = int(r["left_events"])
+    cl = _Cells(cands)
+    rows = sweep_cells(left, right, spec, cands, right_days=right_days).collect()
+    sel = np.array([cl.selection(a, b) for a, b in cands], dtype=np.int64)          # K × masks
+    out = []
+    for ds in sorted({r["ds"] for r in rows}):
+        mine = [r for r in rows if r["ds"] == ds]
+        masks = np.array([[r[m] for m in cl.masks] for r in mine], dtype=np.int64)  # rows × masks
+        n = np.array([r["_n"] for r in mine], dtype=np.int64)
+        matched = np.zeros(len(cands), dtype=np.int64)
+        step = max(1, 4_000_000 // (len(cands) * cl.n_masks))                        # bounded memory
+        for i in range(0, len(mine), step):
+            hit = ((masks[i:i + step, None, :] & sel[None, :, :]) != 0).any(axis=2)  # rows × K
+            matched += n[i:i + step] @ hit
+        total = int(n.sum())
+        sums = {col: sum(int(r[col] or 0) for r in mine) for col in (*cl.below.values(), *cl.upto.values())}
         for k, (a, b) in enumerate(cands):
-            matched = int(r[f"_c{k}"])
-            below = r[f"_lt{at[a]}"] if f"_lt{at[a]}" in fields else 0
-            n_pairs = int(r[f"_le{at[b]}"] or 0) - int(below or 0)
-            rows.append((r["ds"], a, b, n, matched, matched / n if n else float("nan"), n_pairs))
-    out = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
-    out = out.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",
+            pairs = sums[cl.upto[b]] - (sums[cl.below[a]] if a in cl.below else 0)
+            m = int(matched[k])
+            out.append((ds, a, b, total, m, m / total if total else float("nan"), pairs))
+    res = pd.DataFrame(out, columns=list(RESULT_COLUMNS))
+    res = res.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",
                       "matched_left": "int64", "match_rate": "float64", "pairs": "int64"})
-    return out.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
+    return res.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
 
 
 # ------------------------------------------------------------------------------- I/O shell
