@@ -58,6 +58,8 @@ import argparse
 import re
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
+from functools import reduce
+from math import gcd
 
 import numpy as np
 import pandas as pd
@@ -209,7 +211,7 @@ def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
     return [*([-1] if lower_s < 0 else []), 0, *([1] if upper_s > 0 else [])]
 
 
-def _cell(d: Column, points: Sequence[int], i: int, j: int) -> Column:
+def _cell_tree(d: Column, points: Sequence[int], i: int, j: int) -> Column:
     """Cell of an offset ``d`` known to lie in ``[points[i], points[j]]`` (binary search as nested CASE):
     ``2k`` if ``d == points[k]``, ``2k + 1`` if ``points[k] < d < points[k + 1]``."""
     if i == j:
@@ -218,7 +220,39 @@ def _cell(d: Column, points: Sequence[int], i: int, j: int) -> Column:
         return (F.when(d == F.lit(points[i]), F.lit(2 * i)).when(d == F.lit(points[j]), F.lit(2 * j))
                 .otherwise(F.lit(2 * i + 1)))
     mid = (i + j) // 2
-    return F.when(d < F.lit(points[mid]), _cell(d, points, i, mid)).otherwise(_cell(d, points, mid, j))
+    return F.when(d < F.lit(points[mid]), _cell_tree(d, points, i, mid)).otherwise(_cell_tree(d, points, mid, j))
+
+
+#: Largest lookup table :func:`_cell_of` builds; beyond it, a binary search in CASE expressions.
+_LOOKUP_MAX = 4096
+
+
+def _cell_of(d: Column, points_s: Sequence[int]) -> Column:
+    """Cell of an offset ``d`` (microseconds, within ``[points_s[0], points_s[-1]]`` seconds).
+
+    The points lie on a grid of step ``g`` (the gcd of their gaps): grid line ``q`` below ``d``
+    and whether ``d`` is on it come from one integer division, and two constant arrays map the
+    line to the cell (``d`` on a line that is a point: that point's cell; otherwise the gap after
+    the largest point <= the line). Small generated code, O(1) per pair, whatever the number of
+    points; a grid with too many lines falls back to a binary search in CASE expressions.
+    """
+    if len(points_s) == 1:
+        return F.lit(0)
+    step = reduce(gcd, (b - a for a, b in zip(points_s, points_s[1:])))
+    lines = (points_s[-1] - points_s[0]) // step + 1
+    if lines > _LOOKUP_MAX:
+        return _cell_tree(d, [p * _US for p in points_s], 0, len(points_s) - 1)
+    index = {(p - points_s[0]) // step: x for x, p in enumerate(points_s)}
+    on_line, between, x = [], [], -1
+    for q in range(lines):
+        if q in index:
+            x = index[q]
+        on_line.append(2 * x if q in index else 2 * x + 1)
+        between.append(2 * x + 1)
+    off = d - F.lit(points_s[0] * _US)
+    rem = F.pmod(off, F.lit(step * _US))
+    q1 = ((off - rem) / F.lit(step * _US)).cast("int") + 1       # exact: off - rem is a multiple
+    return F.when(rem == 0, F.element_at(F.lit(on_line), q1)).otherwise(F.element_at(F.lit(between), q1))
 
 
 def _bits(lo_bit: int, hi_bit: int) -> int:
@@ -291,7 +325,7 @@ def sweep_cells(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: S
     pairs = l_df.join(r_df, cond, "left")
     # exact offset in microseconds (null for a left event without any pair), and its cell
     d = F.unix_micros(F.col(rt)) - F.unix_micros(F.col(lt))
-    cell_of_d = F.when(d.isNotNull(), _cell(d, [p * _US for p in cl.points], 0, len(cl.points) - 1))
+    cell_of_d = F.when(d.isNotNull(), _cell_of(d, cl.points))
     cell = F.col("_cell")
 
     def mask_of(c: int) -> Column:

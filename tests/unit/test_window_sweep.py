@@ -152,6 +152,25 @@ def test_bit_ranges():
     assert _bits(0, 0) == 1 and _bits(2, 4) == 0b11100 and _bits(0, 62) == 2**63 - 1
 
 
+def test_cell_lookup_and_case_search_agree_with_bisect(spark):
+    import bisect
+
+    from jobs.window_sweep import _US, _cell_of, _cell_tree
+
+    points = [-2 * H, -30 * M, 0, 10 * M, H]            # gcd 10 min: lines that are not points too
+    ds_ = sorted(({p * _US + e for p in points for e in (-1, 0, 1)} | {-H * _US, 25 * M * _US, 1})
+                 - {-2 * H * _US - 1, H * _US + 1})          # offsets inside [first, last] point
+
+    def expected(d):
+        k = bisect.bisect_right([p * _US for p in points], d) - 1
+        return 2 * k if d == points[k] * _US else 2 * k + 1
+
+    df = spark.createDataFrame([(d,) for d in ds_], "d long")
+    got = df.select("d", _cell_of(F.col("d"), points).alias("a"),
+                    _cell_tree(F.col("d"), [p * _US for p in points], 0, len(points) - 1).alias("b")).collect()
+    assert [(r.d, r.a, r.b) for r in got] == [(d, expected(d), expected(d)) for d in ds_]
+
+
 def test_no_left_events_gives_no_rows_and_bad_candidates_are_refused(spark):
     spec = make_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")]).limit(0)
@@ -274,8 +293,12 @@ FINE = ("lower=-6h..0/10m,upper=0|30m|1h|6h",    # 148 candidates, 40 points = 7
         [(-6 * H, 6 * H), (-H, 0), (-30 * M, 30 * M), (-3 * H, H), (-50 * M, 0), (-40 * M, 30 * M), (0, 0)])
 
 
+ODD = ("lower=-6h..0/1h|-1s,upper=0|1s|30m|6h",  # gcd 1 s over 12 h: too many grid lines for the
+       [(-6 * H, 6 * H), (-1, 1), (-1, 0), (0, 1), (-H, 30 * M), (-1, 6 * H)])  # lookup: CASE search
+
+
 @pytest.mark.parametrize("seed, right_days, grid", [
-    (1, "all", HOURLY), (2, "same", HOURLY), (3, "neighbours", HOURLY), (4, "all", FINE)])
+    (1, "all", HOURLY), (2, "same", HOURLY), (3, "neighbours", HOURLY), (4, "all", FINE), (5, "same", ODD)])
 def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, grid):
     spec = make_spec()
     left, right = random_events(spark, seed)
