@@ -96,26 +96,8 @@ def settings_env(s: Settings) -> dict[str, str]:
 
 # ------------------------------------------------------------------ the stream process
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+# same liveness and command-line checks as the embedded broker's process handling
+from jobs.kafka_broker import _cmdline, _pid_alive  # noqa: E402
 
 
 class StreamProcess:
