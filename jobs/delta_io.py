@@ -1,14 +1,17 @@
-"""The one Delta writer module: partition replacement and insert-only merges.
+"""The one Delta writer module: partition replacement, idempotent appends, insert-only merges.
 
-Both are idempotent, which is what makes reruns and restarts safe:
-``replace_partitions`` rewrites exactly the partitions a run owns; ``insert_new`` adds only
-rows whose key is not in the table yet (the guard that keeps replayed or re-run micro-batches
-from duplicating output).
+All are idempotent, which is what makes reruns and restarts safe:
+``replace_partitions`` rewrites exactly the partitions a run owns; ``BatchAppender`` commits a
+micro-batch at most once per (writer id, batch id) (what a restart from the same checkpoint
+needs, at the cost of one append); ``insert_new`` adds only rows whose key is not in the table
+yet (what a fresh checkpoint's replay needs, at the cost of reading the table: ~4.5 s per
+micro-batch here against ~0.5-1 s for an append, measured).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -49,6 +52,53 @@ def replace_partitions(df: DataFrame, path: str, where: dict[str, Sequence[objec
         writer.option("replaceWhere", predicate).save(path)
     else:
         writer.partitionBy(*partition_by).save(path)
+
+
+def append_batch(df: DataFrame, path: str, writer_id: str, batch_id: int,
+                 partition_by: Sequence[str] = ("ds",)) -> None:
+    """Blind-append one micro-batch, stamped with (writer id, batch id) in the commit's
+    ``userMetadata`` so :func:`committed_batches` can tell, after a restart, whether it landed.
+
+    Not Delta's ``txnAppId``/``txnVersion``: looking those up rebuilds the table's log state on
+    every write, ~3.5 s per micro-batch here against ~0.3 s for the append itself (measured).
+    """
+    (df.write.format("delta").mode("append").partitionBy(*partition_by)
+     .option("userMetadata", json.dumps({"writer": writer_id, "batch": batch_id})).save(path))
+
+
+def committed_batches(spark: SparkSession, path: str, writer_id: str, last_commits: int = 50) -> set[int]:
+    """Batch ids this writer committed among the table's last commits (empty if no table)."""
+    if not table_exists(spark, path):
+        return set()
+    done = set()
+    for row in DeltaTable.forPath(spark, path).history(last_commits).select("userMetadata").collect():
+        try:
+            meta = json.loads(row["userMetadata"] or "null")
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.get("writer") == writer_id:
+            done.add(int(meta["batch"]))
+    return done
+
+
+class BatchAppender:
+    """Exactly-once appends for one streaming query: a restart re-runs only the batch that was
+    in flight, so the first batch a process sees is checked against the table's recent commits
+    and the rest are blind appends."""
+
+    def __init__(self, path: str, writer_id: Callable[[], str], partition_by: Sequence[str] = ("ds",)):
+        self.path, self._writer_id, self.partition_by = path, writer_id, partition_by
+        self._checked = False
+
+    def __call__(self, df: DataFrame, batch_id: int) -> bool:
+        """Append ``df`` as ``batch_id``; False if that batch was already committed."""
+        writer = self._writer_id()
+        if not self._checked:
+            self._checked = True
+            if batch_id in committed_batches(df.sparkSession, self.path, writer):
+                return False
+        append_batch(df, self.path, writer, batch_id, self.partition_by)
+        return True
 
 
 def insert_new(df: DataFrame, path: str, keys: Sequence[str],

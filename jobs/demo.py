@@ -65,6 +65,7 @@ def _quiet_logs() -> None:
 
 def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False) -> int:
     env = apply_airflow_env()
+    _quiet_logs()
     _ensure_airflow_db(env)
     from jobs import orchestration
     from jobs.orchestration import spec_path
@@ -158,8 +159,8 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
 
     tables = Tables.of(spec, s)
     spark = get_spark()
-    metrics = [r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
-               .where(spark.read.format("delta").load(tables.match_metrics).ds.isin(days)).collect()]
+    metrics_df = spark.read.format("delta").load(tables.match_metrics)
+    metrics = [r.asDict() for r in metrics_df.where(metrics_df.ds.isin(days)).collect()]
     console.print(render_table(metrics))
     q = spark.read.format("delta").load(tables.quarantine).where("stage = 'landing'") \
         .groupBy("reason").count().orderBy("reason").collect()

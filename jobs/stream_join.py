@@ -4,10 +4,14 @@
 spec, inner or left outer, into a Delta table partitioned by the left event's *arrival* ds (what
 the landing job assigns), so stream and batch are compared on the same left population.
 
-Exactly-once into Delta: each micro-batch is written by an insert-only MERGE keyed by the output
-rows (left id, right id) — or by left id for 1-to-1, which keeps the first-arrived match — so a
-micro-batch replayed after a crash, a record its producer re-sent, or rows a fresh checkpoint
-recomputes never duplicate.
+Exactly-once into Delta, by the cheapest guard each case needs:
+
+* a micro-batch re-run after a crash: Delta transaction ids (the checkpoint's query id, batch id)
+  skip a batch already committed;
+* a record its producer re-sent: each side drops repeated event ids within its watermark
+  before the join (Spark's ``dropDuplicatesWithinWatermark``), counted in the progress log;
+* a replay from a fresh checkpoint, and 1-to-1 output (first-arrived match per left event):
+  an insert-only MERGE keyed by the output rows (left id, right id; left id for 1-to-1).
 
 Two run modes from the same code::
 
@@ -18,6 +22,7 @@ Two run modes from the same code::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import threading
@@ -48,8 +53,10 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame
     Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
     """
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
-    lw = prefixed(left, spec, "left").withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
-    rw = prefixed(right, spec, "right").withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
+    lw = (prefixed(left, spec, "left").withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
+          .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)]))
+    rw = (prefixed(right, spec, "right").withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
+          .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)]))
     how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
     return lw.join(rw, key_condition(spec) & window_condition(spec), how).select(*output_columns(spec))
 
@@ -74,12 +81,11 @@ def select_batch_rows(batch: DataFrame, spec: JoinSpec) -> DataFrame:
 class JoinSink:
     """``foreachBatch`` writer of the join output, exactly once.
 
-    An insert-only MERGE keyed by the output rows (left id, right id; the left id alone for
-    1-to-1, which keeps the first-arrived match): a micro-batch re-run after a crash, a record
-    re-sent by its producer (same event id, any micro-batch), and rows a replay from a fresh
-    checkpoint recomputes are all written once. Delta's transaction-id idempotence would cover
-    only the first (it is keyed by the query id, which a fresh checkpoint changes). The MERGE
-    reads only the ds partitions the micro-batch touches.
+    1-to-n output from its own checkpoint is appended with Delta transaction ids (checkpoint's
+    query id, batch id): a batch re-run after a crash is skipped. 1-to-1 output (the
+    first-arrived match per left event, across micro-batches) and a replay's output (``owned_from``:
+    rows the old run may already have written) need the table's keys, so they go through an
+    insert-only MERGE keyed by the output rows, reading only the ds partitions the batch touches.
     """
 
     def __init__(self, spec: JoinSpec, tables: Tables, *, owned_from=None,
@@ -87,6 +93,8 @@ class JoinSink:
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
+        self.merge = owned_from is not None or spec.join.cardinality == Cardinality.one_to_one
+        self.append = delta_io.BatchAppender(self.path, _query_id_of(tables.checkpoint(JOIN_QUERY)))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = select_batch_rows(batch, self.spec)
@@ -94,12 +102,27 @@ class JoinSink:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         rows = rows.persist()
         try:
-            if not rows.isEmpty():  # no empty Delta commit per no-data batch
+            if rows.isEmpty():  # no empty Delta commit per no-data batch
+                pass
+            elif self.merge:
                 delta_io.insert_new(rows, self.path, self.keys)
+            elif not self.append(rows, batch_id):
+                log.info("micro-batch %d was committed before a restart: skipped", batch_id)
         finally:
             rows.unpersist()
         if self.on_batch:
             self.on_batch(batch_id)
+
+
+def checkpoint_query_id(checkpoint: str) -> str:
+    """The streaming query's id, which Spark writes to ``<checkpoint>/metadata`` when it starts
+    and keeps across restarts; a fresh checkpoint gets a new one."""
+    return json.loads((Path(checkpoint) / "metadata").read_text().splitlines()[0])["id"]
+
+
+def _query_id_of(checkpoint: str) -> Callable[[], str]:
+    """Read lazily: the metadata file exists once the query has started."""
+    return functools.cache(lambda: checkpoint_query_id(checkpoint))
 
 
 def read_kafka_stream(spark: SparkSession, bootstrap: str, topic: str,
@@ -213,8 +236,12 @@ def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: 
                                stream, "stream")
         bad = rows if bad is None else bad.unionByName(rows)
 
+    # one Kafka position per row and no replay of this query: per-batch idempotence suffices
+    append = delta_io.BatchAppender(tables.quarantine, _query_id_of(tables.checkpoint(QUARANTINE_QUERY)))
+
     def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
-        delta_io.insert_new(batch, tables.quarantine, ["stage", "topic", "partition", "offset"])
+        if not batch.isEmpty():
+            append(batch, batch_id)
 
     w = (bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
          .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY)).foreachBatch(write_quarantine_batch))
