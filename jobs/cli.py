@@ -243,7 +243,7 @@ def cmd_demo(args) -> int:
     from jobs.demo import run_demo
 
     return run_demo(spec_file=args.spec, workload_file=args.workload, slice_minutes=args.slice_minutes,
-                    keep=args.keep)
+                    keep=args.keep, verbose=args.verbose)
 
 
 # ------------------------------------------------------------------------------- parser

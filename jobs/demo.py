@@ -63,7 +63,16 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False) -> int:
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f}h" if seconds >= 3600 else f"{seconds / 60:.1f}m" if seconds >= 60 else f"{seconds:.0f}s"
+
+
+def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False,
+             verbose: bool = False) -> int:
+    import os
+
+    if not verbose:  # Airflow's per-task logs only with -v: the progress bars say what runs
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     env = apply_airflow_env()
     _quiet_logs()
     _ensure_airflow_db(env)
@@ -173,7 +182,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
         c = rec["chosen"]
         console.print(f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
                       f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
-                      f"watermarks left {rec['left_watermark_s']}s / right {rec['right_watermark_s']}s")
+                      f"watermark delays left {_minutes(rec['left_watermark_s'])} / right {_minutes(rec['right_watermark_s'])}")
     if not gates_ok:
         console.print("[red]a quality gate failed: see the report[/red]")
     reports = Path(s.path("reports", spec.pipeline))
