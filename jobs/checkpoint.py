@@ -12,6 +12,8 @@ A Structured Streaming checkpoint is a folder::
     state/<op>/<partition>/<store>/   the join's state (RocksDB: <version>.changelog / <version>.zip,
                              version = batch + 1), stores left-/right-keyToNumValues and
                              left-/right-keyWithIndexToValue; state/<op>/_metadata: operator metadata
+    state/<op>/<partition>/  the per-side event-id de-duplication before the join: one default
+                             store, its files directly in the partition folder
 
 Three tools, none of which ever deletes or rewrites anything:
 
@@ -334,7 +336,11 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
                   f"{op}: state partition folder(s) {_ids(missing)} missing (the checkpoint has "
                   f"{n_expected} state partitions). {hint}")
         for part in parts:
-            stores = [s for s in part.iterdir() if s.is_dir() and not s.name.startswith((".", "_"))]
+            if any(_STATE_FILE.match(f.name) for f in part.iterdir()):
+                stores = [part]  # an operator's single "default" store (e.g. the de-duplication) lives here
+            else:  # the join's four named stores; SSTs/ is RocksDB's shared file folder, not a store
+                stores = [s for s in part.iterdir() if s.is_dir() and not s.name.startswith((".", "_"))
+                          and s.name != "SSTs"]
             if not stores:
                 h.add("missing_state", "error", f"{part}: no state store folders. {hint}")
             for store in stores:

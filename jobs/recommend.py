@@ -176,6 +176,8 @@ def _measured_bytes_per_row(progress: list[dict]) -> float | None:
     vals = []
     for p in progress[-20:]:
         for op in p.get("stateOperators", []):
+            if "join" not in str(op.get("operatorName", "")).lower():
+                continue  # the event-id de-duplication's rows are not window rows
             rows, mem = op.get("numRowsTotal") or 0, op.get("memoryUsedBytes") or 0
             if rows > 100 and mem > 0:
                 vals.append(mem / rows)
