@@ -204,38 +204,18 @@ def cmd_replay(args) -> int:
     return replay.main(["--spec", args.spec, "--cutover", args.cutover] + (["--dry-run"] if args.dry_run else []))
 
 
-RUNBOOKS = PROJECT_ROOT / "include" / "runbooks"
-
-
-def runbook_values(spec_file: str) -> dict:
-    """The pipeline's current values a runbook refers to."""
-    from jobs.tables import Tables
-
-    spec = _load_spec(spec_file)
-    t = Tables.of(spec)
-    return {"spec_file": spec_file, "pipeline": spec.pipeline, "window": spec.window.label(),
-            "left_topic": spec.left.topic, "right_topic": spec.right.topic,
-            "checkpoint": t.checkpoint(), "output_table": t.output("stream"),
-            "baseline": spec.accuracy.baseline, "tolerance_pp": spec.accuracy.tolerance_pp}
-
-
 def cmd_runbook(args) -> int:
-    names = sorted(p.stem for p in RUNBOOKS.glob("*.md"))
-    if args.name not in names:
-        raise SystemExit(f"joinshift: runbook {args.name!r} does not exist; choose one of: {', '.join(names)}")
-    values = runbook_values(args.spec)
-    text = (RUNBOOKS / f"{args.name}.md").read_text().format_map(values)
-    from jobs.stream_join import JOIN_QUERY, read_progress
-    from jobs.tables import Tables
+    from jobs import runbooks
 
-    progress = read_progress(Tables.of(_load_spec(args.spec)).progress_log(JOIN_QUERY))
-    if progress:
-        last = progress[-1]
-        text += ("\n---\nLast progress of the streaming join: batch {b} at {ts}, watermark {wm}, "
-                 "offsets {off}\n").format(b=last.get("batchId"), ts=last.get("timestamp"),
-                                            wm=(last.get("eventTime") or {}).get("watermark"),
-                                            off=json.dumps([src.get("endOffset") for src in last.get("sources", [])]))
-    print(text)
+    try:
+        text = runbooks.render(args.name, args.spec)
+    except ValueError as exc:
+        raise SystemExit(f"joinshift runbook: {exc}") from None
+    if args.commands:
+        for c in runbooks.commands(text):
+            print(c.line + (f"  # exit {c.expect_exit}" if c.expect_exit else ""))
+    else:
+        print(text)
     return 0
 
 
@@ -327,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     rb = with_spec(cmd("runbook", cmd_runbook, "print a runbook filled with this pipeline's values"))
     rb.add_argument("name", help="restart_after_crash, change_the_window, recover_broken_checkpoint, "
                                  "replay_after_outage, cut_over_and_roll_back")
+    rb.add_argument("--commands", action="store_true", help="print only the commands to run, in order")
     return p
 
 

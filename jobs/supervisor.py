@@ -277,7 +277,7 @@ def kafka_lag(spec: JoinSpec, progress: dict, bootstrap: str, *, now: float | No
     lag: dict[str, int | None] = {"left": None, "right": None}
     age: dict[str, float | None] = {"left": None, "right": None}
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=int(timeout_s * 1000) + 1000,
-                             api_version_auto_timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000))
+                             bootstrap_timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000))
     try:
         behind: dict[TopicPartition, str] = {}
         for side in ("left", "right"):
@@ -369,6 +369,9 @@ def health(spec: JoinSpec, s: Settings | None = None, *, now: float | None = Non
         silent = now - (started or now)
         if silent < stall_after_s:
             h.state, h.reason = "starting", f"no micro-batch yet since start {silent:.0f}s ago"
+        elif h.lag and all(v == 0 for v in h.lag.values()):
+            # restarted with everything already read: Spark runs no micro-batch, and none is due
+            h.state, h.reason = "running", f"idle since start {silent:.0f}s ago: nothing to read"
         else:
             h.state, h.reason = "stalled", f"no micro-batch {silent:.0f}s after start"
     elif now - h.last_progress_at > stall_after_s and any(v is None or v > 0 for v in h.lag.values()):
