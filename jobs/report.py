@@ -779,14 +779,20 @@ def _plot_match_rate_vs_window(sweep: list[dict], deployed, recommended, baselin
     colors = _upper_colors(pts)
     fig, axes = _figure(10, 3.9)
     ax = axes[0][0]
+    # windows far below the baseline (e.g. upper +0s) would squash the region a decision is made
+    # in: the axis starts a few pp under the baseline, and those lines say where they are
+    floor = baseline_rate - max(0.05, 3 * (tol_pp or 0) / 100) if baseline_rate is not None else None
     for u, c in colors.items():
         line = sorted((p for p in pts if p["hi"] == u), key=lambda p: -p["lo"])
+        label = f"upper {fmt_duration(u, signed=True)}"
+        if floor is not None and max(p["rate"] for p in line) < floor:
+            label += f" (≤ {fmt_pct(max(p['rate'] for p in line), 1)}, below the axis)"
         ax.plot([-p["lo"] for p in line], [p["rate"] for p in line], marker="o", color=c, lw=2,
-                ms=5, label=f"upper {fmt_duration(u, signed=True)}")
+                ms=5, label=label)
     if baseline_rate is not None:
         ax.axhline(baseline_rate, color=VARIANT_COLORS["batch_1d_windowed"], lw=1.4, ls="--",
                    label=f"{baseline_label} (baseline)")
-        ys = [p["rate"] for p in pts] + [baseline_rate]
+        ys = [p["rate"] for p in pts if p["rate"] >= floor] + [baseline_rate]
         if target_share:
             ax.axhline(baseline_rate * target_share, color="#16a34a", lw=1.3, ls=":",
                        label=f"target: {fmt_pct(target_share, 1)} of the baseline")
