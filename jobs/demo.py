@@ -63,10 +63,6 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 3600:.1f}h" if seconds >= 3600 else f"{seconds / 60:.1f}m" if seconds >= 60 else f"{seconds:.0f}s"
-
-
 def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False,
              verbose: bool = False) -> int:
     import os
@@ -178,11 +174,13 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     if rec_file.exists():
         import json
 
+        from jobs.report import fmt_duration
+
         rec = json.loads(rec_file.read_text())
         c = rec["chosen"]
         console.print(f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
                       f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
-                      f"watermark delays left {_minutes(rec['left_watermark_s'])} / right {_minutes(rec['right_watermark_s'])}")
+                      f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / right {fmt_duration(rec['right_watermark_s'])}")
     if not gates_ok:
         console.print("[red]a quality gate failed: see the report[/red]")
     reports = Path(s.path("reports", spec.pipeline))

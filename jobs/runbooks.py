@@ -48,13 +48,10 @@ def names() -> list[str]:
     return sorted(p.stem for p in RUNBOOKS.glob("*.md"))
 
 
-def values(spec_file: str, s=None) -> dict:
-    """The pipeline's current values a runbook refers to."""
-    from jobs.orchestration import spec_path
-    from jobs.spec import load_spec
+def values(spec_file: str, spec, s=None) -> dict:
+    """The pipeline's current values a runbook refers to (``spec`` is ``spec_file`` loaded)."""
     from jobs.tables import Tables
 
-    spec = load_spec(spec_path(spec_file))
     t = Tables.of(spec, s)
     return {"spec_file": spec_file, "pipeline": spec.pipeline, "window": spec.window.label(),
             "left_topic": spec.left.topic, "right_topic": spec.right.topic,
@@ -72,8 +69,9 @@ def render(name: str, spec_file: str, s=None) -> str:
     from jobs.stream_join import JOIN_QUERY, read_progress
     from jobs.tables import Tables
 
-    text = (RUNBOOKS / f"{name}.md").read_text().format_map(values(spec_file, s))
-    progress = read_progress(Tables.of(load_spec(spec_path(spec_file)), s).progress_log(JOIN_QUERY))
+    spec = load_spec(spec_path(spec_file))
+    text = (RUNBOOKS / f"{name}.md").read_text().format_map(values(spec_file, spec, s))
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
     if progress:
         last = progress[-1]
         text += ("\n---\nLast progress of the streaming join: batch {b} at {ts}, watermark {wm}, "

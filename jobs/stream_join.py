@@ -6,8 +6,8 @@ the landing job assigns), so stream and batch are compared on the same left popu
 
 Exactly-once into Delta, by the cheapest guard each case needs:
 
-* a micro-batch re-run after a crash: Delta transaction ids (the checkpoint's query id, batch id)
-  skip a batch already committed;
+* a micro-batch re-run after a crash: each batch's commit is stamped with (the checkpoint's query
+  id, batch id), and a restarted process skips a batch already committed;
 * a record its producer re-sent: each side drops repeated event ids within its watermark
   before the join (Spark's ``dropDuplicatesWithinWatermark``), counted in the progress log;
 * a replay from a fresh checkpoint, and 1-to-1 output (first-arrived match per left event):
@@ -240,8 +240,12 @@ def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: 
     append = delta_io.BatchAppender(tables.quarantine, _query_id_of(tables.checkpoint(QUARANTINE_QUERY)))
 
     def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
-        if not batch.isEmpty():
-            append(batch, batch_id)
+        batch = batch.persist()  # two actions: do not read and parse Kafka twice
+        try:
+            if not batch.isEmpty():
+                append(batch, batch_id)
+        finally:
+            batch.unpersist()
 
     w = (bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
          .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY)).foreachBatch(write_quarantine_batch))

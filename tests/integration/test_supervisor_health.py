@@ -1,0 +1,73 @@
+"""The supervisor's health classification against a real broker and a real process: a stream
+process restarted with everything already read runs no micro-batch, and is idle, not stalled;
+once a record waits, the same silence is a stall. Lag comes from Kafka (kafka-python 3 client)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+pytestmark = pytest.mark.integration
+
+
+def _progress(spec, ends: dict[str, dict[int, int]], at: float) -> dict:
+    """A join-query progress line whose sources have read up to ``ends``."""
+    return {
+        "name": "stream_join", "batchId": 7,
+        "timestamp": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "durationMs": {"triggerExecution": 1000}, "stateOperators": [], "eventTime": {},
+        "sources": [{"description": f"KafkaV2[Subscribe[{t}]]", "numInputRows": 0,
+                     "endOffset": {t: {str(p): o for p, o in parts.items()}}} for t, parts in ends.items()],
+    }
+
+
+def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(kafka, spec, test_settings):
+    from jobs.checkpoint import kafka_end_offsets
+    from jobs.kafka_broker import create_topic
+    from jobs.stream_join import JOIN_QUERY
+    from jobs.supervisor import StreamProcess, health, write_spec
+    from jobs.tables import Tables
+
+    name = "health"
+    hs = spec.model_copy(update={"pipeline": name,
+                                 "left": spec.left.model_copy(update={"topic": f"{name}_left"}),
+                                 "right": spec.right.model_copy(update={"topic": f"{name}_right"})})
+    for st in (hs.left, hs.right):
+        create_topic(kafka, st.topic)
+    producer = KafkaProducer(bootstrap_servers=kafka)
+    for i in range(3):
+        producer.send(hs.left.topic, value=json.dumps({"i": i}).encode())
+    producer.flush()
+
+    now = time.time()
+    log = Tables.of(hs, test_settings).progress_log(JOIN_QUERY)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text(json.dumps(_progress(hs, kafka_end_offsets(kafka, [hs.left.topic, hs.right.topic]),
+                                              now - 2000)) + "\n")
+
+    class Sleeper(StreamProcess):  # a real, live process standing in for the restarted job
+        def command(self):
+            return [sys.executable, "-c", "import time; time.sleep(120)"]
+
+    proc = Sleeper(write_spec(hs, Path(test_settings.storage_root) / name / "spec.yaml"), hs, test_settings)
+    proc.start()
+    try:
+        proc.started_at = now - 1000  # restarted after that progress line, silent ever since
+        idle = health(hs, test_settings, now=now, stall_after_s=60, process=proc, bootstrap=kafka)
+        assert idle.lag == {"left": 0, "right": 0}, idle.reason
+        assert idle.state == "running" and "nothing to read" in idle.reason
+
+        producer.send(hs.right.topic, value=b"{}")
+        producer.flush()
+        stalled = health(hs, test_settings, now=now, stall_after_s=60, process=proc, bootstrap=kafka)
+        assert stalled.lag == {"left": 0, "right": 1}
+        assert stalled.state == "stalled"
+    finally:
+        producer.close()
+        proc.stop()
