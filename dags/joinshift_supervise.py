@@ -5,7 +5,8 @@ Every 10 minutes: make sure the continuous join process (`python -m jobs.stream_
 starting it if not, then watch it for ~9 minutes (bounded checks). A process that exited or
 stalled is restarted from its checkpoint with exponential backoff; a join whose BOTH inputs are
 behind (paper §6.4) fails the task, so the failure callback raises the alert. Health samples are
-then loaded into the `stream_health` Delta table. Logic: `jobs/supervisor.py`.
+then loaded into the `stream_health` Delta table. While a replay holds the pipeline
+(`joinshift_replay`), checks count as `held` and nothing is restarted. Logic: `jobs/supervisor.py`.
 """
 
 from __future__ import annotations
@@ -34,32 +35,25 @@ def alert_on_failure(context) -> None:
     max_active_runs=1,
     tags=["joinshift", "stream", "supervision"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": alert_on_failure},
-    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)")},
+    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)"),
+            "checks": Param(54, type="integer", minimum=1, description="health checks per run"),
+            "interval_s": Param(10, type="number", minimum=0.5, description="seconds between checks")},
     doc_md=__doc__,
 )
 def joinshift_supervise():
     @task(execution_timeout=timedelta(minutes=12))
     def supervise_stream(params=None) -> dict:
-        """Adopt (pid file) or start the stream process; check it 54 x 10 s; restart on exit/stall."""
-        from jobs.settings import PROJECT_ROOT
-        from jobs.spec import load_spec
-        from jobs.supervisor import log_alert, supervise
+        """Adopt (pid file) or start the stream process; check it; restart on exit/stall."""
+        from jobs import orchestration
 
-        path = PROJECT_ROOT / params["spec"]
-        report = supervise(load_spec(path), spec_path=path, checks=54, interval_s=10, on_alert=log_alert)
-        if report.gave_up or any(a["kind"] == "backlogged" for a in report.alerts):
-            raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
-        return {"restarts": len(report.restarts), "states": report.states, "last": report.last}
+        return orchestration.supervise(params["spec"], params["checks"], params["interval_s"])
 
     @task(trigger_rule="all_done")
     def load_health(params=None) -> int:
         """Copy the supervisor's health.jsonl into the `stream_health` Delta table (idempotent)."""
-        from jobs.settings import PROJECT_ROOT
-        from jobs.spark_session import get_spark
-        from jobs.spec import load_spec
-        from jobs.supervisor import load_health_table
+        from jobs import orchestration
 
-        return load_health_table(get_spark("joinshift-health"), load_spec(PROJECT_ROOT / params["spec"]))
+        return orchestration.load_health(params["spec"])
 
     supervise_stream() >> load_health()
 

@@ -166,3 +166,45 @@ def report(spec: str, ds: str) -> dict:
 
     files = publish(_spark(), _spec(spec), _ds(ds))
     return {"html": str(files.html), "status": files.status, "unavailable": list(files.unavailable)}
+
+
+def supervise(spec: str, checks: int = 54, interval_s: float = 10) -> dict:
+    """Adopt or start the continuous stream process and watch it; raise (so Airflow's failure
+    callback alerts) when it gave up restarting or both streams are behind."""
+    from jobs.supervisor import log_alert
+    from jobs.supervisor import supervise as run
+
+    path = spec_path(spec)
+    report = run(load_spec(path), spec_path=path, checks=checks, interval_s=interval_s, on_alert=log_alert)
+    if report.gave_up or any(a["kind"] == "backlogged" for a in report.alerts):
+        raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
+    return {"restarts": len(report.restarts), "states": report.states, "last": report.last, "pid": report.pid}
+
+
+def load_health(spec: str) -> int:
+    """Copy the supervisor's health samples into the `stream_health` Delta table (idempotent)."""
+    from jobs.supervisor import load_health_table
+
+    return load_health_table(_spark(), _spec(spec))
+
+
+def _cutover(cutover: str):
+    from jobs.replay import parse_cutover
+
+    return parse_cutover(cutover)
+
+
+def replay_plan(spec: str, cutover: str) -> dict:
+    """Where each stream's replay starts; fails naming the gap when Kafka no longer retains it."""
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.replay import plan_replay
+
+    return asdict(plan_replay(_spec(spec), _cutover(cutover), bootstrap_servers()))
+
+
+def replay(spec: str, cutover: str) -> dict:
+    """Rebuild the window into a fresh checkpoint (the old one kept) and own the output from cutover."""
+    from jobs.kafka_broker import bootstrap_servers
+    from jobs.replay import replay as run
+
+    return asdict(run(_spark(), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))

@@ -10,6 +10,8 @@ run owns the output:
   answers with the earliest retained record when the asked time is older, so the timestamps are
   compared, and a gap fails with the alternative (rebuild from the landed Delta tables);
 * the old checkpoint is kept (moved to ``<checkpoint>.bak-<UTC>``), never deleted;
+* the replay holds the pipeline (:func:`jobs.supervisor.hold`): it stops the supervised stream
+  process, and supervisors and scheduled increments keep off the checkpoint until it is done;
 * output is exactly once across the switch: left events that arrived before the cut-over belong
   to the old run and are not written; rows from the cut-over on are written through an
   insert-only MERGE keyed by (left id, right id), so rows the old run already wrote are not
@@ -46,6 +48,7 @@ class ReplayPlan:
     offsets: dict[str, dict[str, int]]          # topic -> partition -> starting offset
     checkpoint: str
     backup: str | None = None
+    stopped_pid: int | None = None              # the supervised stream process the replay stopped
 
 
 def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
@@ -113,17 +116,32 @@ def backup_and_clear(checkpoint: str) -> str | None:
 
 
 def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Settings | None = None) -> ReplayPlan:
-    """Plan (retention check included), back up the checkpoint, and catch up from the replay start."""
+    """Plan (retention check included), then under a hold on the pipeline (supervisors and
+    scheduled increments keep off its checkpoint): stop the supervised stream process, back up
+    the checkpoint, and catch up from the replay start. The next supervisor check starts the
+    stream again from the new checkpoint."""
     from jobs.stream_join import start_streaming_join
+    from jobs.supervisor import hold, stop_stream_process
 
     plan = plan_replay(spec, cutover, bootstrap, s)
-    plan.backup = backup_and_clear(plan.checkpoint)
-    (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
-                                starting_offsets={t: o for t, o in plan.offsets.items()},
-                                owned_from=cutover)
-    q.awaitTermination()
+    with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}"):
+        plan.stopped_pid = stop_stream_process(spec, s)
+        plan.backup = backup_and_clear(plan.checkpoint)
+        (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
+                                    starting_offsets={t: o for t, o in plan.offsets.items()},
+                                    owned_from=cutover)
+        q.awaitTermination()
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan
+
+
+def parse_cutover(text: str) -> datetime:
+    """An ISO-8601 instant (``Z`` or an offset; naive means UTC)."""
+    try:
+        cutover = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"cutover: {text!r} is not an ISO-8601 instant (e.g. 2026-11-20T06:00:00Z)") from None
+    return cutover if cutover.tzinfo else cutover.replace(tzinfo=timezone.utc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,11 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="check retention and print the plan only")
     args = p.parse_args(argv)
     try:
-        cutover = datetime.fromisoformat(args.cutover.replace("Z", "+00:00"))
-    except ValueError:
-        raise SystemExit(f"--cutover: {args.cutover!r} is not an ISO-8601 instant (e.g. 2026-11-20T06:00:00Z)") from None
-    if cutover.tzinfo is None:
-        cutover = cutover.replace(tzinfo=timezone.utc)
+        cutover = parse_cutover(args.cutover)
+    except ValueError as e:
+        raise SystemExit(f"--{e}") from None
     from jobs.kafka_broker import bootstrap_servers
 
     spec = load_spec(args.spec)

@@ -187,6 +187,42 @@ def read_progress(path: str) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+#: The spec a checkpoint was built with, kept inside it (so a backup carries it along).
+SPEC_RECORD = "joinshift_spec.json"
+
+
+class CheckpointSpecMismatch(RuntimeError):
+    """The spec changed in a way its checkpoint cannot continue (``joinshift plan`` says replay)."""
+
+
+def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
+    """Refuse to run ``spec`` on a checkpoint built for a join it cannot continue (window, keys,
+    join type, schema: the fields ``jobs.plan`` marks fresh-checkpoint-and-replay), instead of
+    letting Spark silently mix the old state with the new join; else record ``spec`` as the one
+    the checkpoint continues with."""
+    from jobs.checkpoint import CheckpointError, local_path
+    from jobs.plan import plan
+
+    try:
+        cp = local_path(checkpoint)
+    except CheckpointError:
+        return  # remote storage: the guard needs a local folder
+    record = cp / SPEC_RECORD
+    if record.exists():
+        built = JoinSpec.model_validate_json(record.read_text())
+        blocking = plan(built, spec).blocking
+        if blocking:
+            fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)
+            raise CheckpointSpecMismatch(
+                f"checkpoint {cp} was built for a join this spec cannot continue ({fields}). Run the spec it "
+                f"was built with, or rebuild the window for this one: joinshift replay --spec <this spec> "
+                f"--cutover <instant> (runbook change_the_window)")
+    cp.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(spec.model_dump_json(by_alias=True))
+    tmp.replace(record)
+
+
 def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          s: Settings | None = None, available_now: bool = False,
                          trigger_interval: str | None = None, quarantine: bool = True,
@@ -195,6 +231,7 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
+    guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
     _ensure_recorder(spark, tables)
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
     limit = spec.streaming.max_offsets_per_trigger
@@ -293,7 +330,14 @@ def stream_lag(spec: JoinSpec, bootstrap: str, s: Settings | None = None) -> int
 
 
 def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None) -> dict:
-    """One ``availableNow`` increment (what Airflow schedules every few minutes)."""
+    """One ``availableNow`` increment (what Airflow schedules every few minutes); skipped while a
+    replay holds the pipeline."""
+    from jobs.supervisor import current_hold
+
+    held = current_hold(spec, s)
+    if held is not None:
+        log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
+        return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
     for q in queries:
         q.awaitTermination()

@@ -46,6 +46,8 @@ from typing import Any
 
 import yaml
 
+# same liveness and command-line checks as the embedded broker's process handling
+from jobs.kafka_broker import _cmdline, _pid_alive
 from jobs.settings import PROJECT_ROOT, Settings, settings
 from jobs.spec import JoinSpec, load_spec
 from jobs.tables import Tables
@@ -53,7 +55,7 @@ from jobs.tables import Tables
 log = logging.getLogger("joinshift.supervisor")
 
 JOIN_QUERY = "stream_join"  # jobs.stream_join.JOIN_QUERY (not imported: it pulls in pyspark)
-STATES = ("running", "exited", "stalled", "backlogged", "starting")
+STATES = ("running", "exited", "stalled", "backlogged", "starting", "held")
 AlertHook = Callable[[str, str], None]
 
 
@@ -94,11 +96,62 @@ def settings_env(s: Settings) -> dict[str, str]:
     return env
 
 
+# ------------------------------------------------------------------ maintenance hold
+
+def hold_file(spec: JoinSpec, s: Settings | None = None) -> Path:
+    return supervisor_dir(spec, s) / "hold.json"
+
+
+def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | None:
+    """The hold a maintenance job (a replay) put on the pipeline, if its process still lives.
+    A hold left by a dead process is stale: it is ignored (and said so in the log)."""
+    try:
+        rec = json.loads(hold_file(spec, s).read_text())
+    except (OSError, ValueError):
+        return None
+    if _pid_alive(rec.get("pid")):
+        return rec
+    log.warning("ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"),
+                rec.get("reason"))
+    return None
+
+
+@contextlib.contextmanager
+def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str):
+    """While held, supervisors neither start nor restart the pipeline's stream process and
+    scheduled increments skip: a replay owns the checkpoint folder. Two holds conflict."""
+    other = current_hold(spec, s)
+    if other is not None and other.get("pid") != os.getpid():
+        raise RuntimeError(f"{spec.pipeline} is already held by pid {other['pid']} since {other.get('since')}: "
+                           f"{other.get('reason')}")
+    path = hold_file(spec, s)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"pid": os.getpid(), "since": _iso(_now()), "reason": reason}) + "\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """Stop the pipeline's supervised stream process, whatever spec file it was started with
+    (found by its pid file); returns the pid stopped, or None if none ran."""
+    try:
+        rec = json.loads((supervisor_dir(spec, s) / "stream.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = rec.get("pid")
+    if not (isinstance(pid, int) and _pid_alive(pid) and "jobs.stream_join" in _cmdline(pid)):
+        return None
+    proc = StreamProcess(rec["cmd"][rec["cmd"].index("--spec") + 1], spec, s)
+    proc.pid, proc.started_at = pid, rec.get("started_at")
+    proc.stop()
+    log.info("stopped stream process %s of %s", pid, spec.pipeline)
+    return pid
+
+
 # ------------------------------------------------------------------ the stream process
-
-# same liveness and command-line checks as the embedded broker's process handling
-from jobs.kafka_broker import _cmdline, _pid_alive  # noqa: E402
-
 
 class StreamProcess:
     """The continuous join of one pipeline as a separate, detached process.
@@ -465,15 +518,18 @@ def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Pat
     a new micro-batch after a restart resets the count. More than ``max_restarts`` restarts in
     one call raise the ``restart_limit`` alert and end supervision (``gave_up``). ``stop`` ends
     the loop early; the process keeps running either way (the next call adopts it by pid file).
+    While a maintenance :func:`hold` is on (a replay owns the checkpoint), it neither starts nor
+    restarts the process and counts the checks as ``held``; when the hold ends it starts it.
     """
     s = s or settings()
     alert = on_alert or (lambda kind, msg: None)
     report = SupervisionReport(spec.pipeline)
     proc = process or StreamProcess(spec_path, spec, s, trigger_interval=trigger_interval, env=env)
-    if not proc.alive() and not proc.find():
+    held = current_hold(spec, s)
+    if not proc.alive() and not proc.find() and held is None:
         proc.start()
         report.restarts.append({"at": _iso(_now()), "reason": "not running", "backoff_s": 0, "pid": proc.pid})
-    in_a_row, batch_at_restart = 0, None
+    in_a_row, batch_at_restart, was_held = 0, None, held is not None
     for i in range(checks):
         if stop is not None and stop.is_set():
             break
@@ -481,6 +537,20 @@ def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Pat
             (stop.wait(interval_s) if stop is not None else time.sleep(interval_s))
             if stop is not None and stop.is_set():
                 break
+            held = current_hold(spec, s)
+        if held is not None:  # a replay owns the checkpoint: hands off
+            report.checks += 1
+            report.states["held"] = report.states.get("held", 0) + 1
+            report.last = {"sampled_at": _iso(_now()), "state": "held",
+                           "reason": f"held by pid {held['pid']} since {held.get('since')}: {held.get('reason')}"}
+            was_held = True
+            continue
+        if was_held:  # the hold ended (a replay finished): start from the new checkpoint, no backoff
+            was_held = False
+            if not proc.alive() and not proc.find():
+                proc.start()
+                report.restarts.append({"at": _iso(_now()), "reason": "hold ended", "backoff_s": 0,
+                                        "pid": proc.pid})
         h = health(spec, s, stall_after_s=stall_after_s, backlog_threshold_s=backlog_threshold_s,
                    process=proc, bootstrap=bootstrap)
         report.checks += 1

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 DAG_FILES = sorted((Path(__file__).resolve().parents[2] / "dags").glob("*.py"))
-EXPECTED = {"joinshift_daily", "joinshift_stream", "joinshift_compare", "joinshift_simulate", "joinshift_report"}
+EXPECTED = {"joinshift_daily", "joinshift_stream", "joinshift_compare", "joinshift_simulate", "joinshift_report",
+            "joinshift_supervise", "joinshift_replay"}
 
 
 def test_dagbag_has_no_import_errors(dagbag):

@@ -58,3 +58,18 @@ def test_runbooks_are_filled_with_the_pipelines_values(name, capsys):
 def test_an_unknown_runbook_lists_the_known_ones():
     with pytest.raises(SystemExit, match="restart_after_crash"):
         main(["runbook", "reboot_everything"])
+
+
+def test_a_bad_cutover_names_the_argument():
+    spec = "include/specs/search_sessions.yaml"
+    with pytest.raises(SystemExit, match=r"--cutover: 'yesterday' is not an ISO-8601 instant"):
+        main(["replay", "--spec", spec, "--cutover", "yesterday"])
+
+
+def test_a_cutover_without_a_zone_is_utc():
+    from datetime import timezone
+
+    from jobs.replay import parse_cutover
+
+    assert parse_cutover("2026-11-20T06:00:00").tzinfo == timezone.utc
+    assert parse_cutover("2026-11-20T07:00:00+01:00") == parse_cutover("2026-11-20T06:00:00Z")

@@ -210,3 +210,22 @@ def test_loaded_spec_files_compare_like_parsed_ones():
     assert plan(spec, spec.with_window(spec.window.lower, spec.window.upper)).action == NONE
     wider = spec.with_window(spec.window.lower, spec.window.upper * 2)
     assert plan(spec, wider).action == FRESH
+
+
+def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path):
+    """The stream job's start-up guard applies the plan to the spec its checkpoint was built with."""
+    from datetime import timedelta
+
+    from jobs.stream_join import SPEC_RECORD, CheckpointSpecMismatch, guard_checkpoint_spec
+
+    base = load_spec(SPEC_FILE)
+    cp = tmp_path / "checkpoints" / "stream_join"
+    guard_checkpoint_spec(base, str(cp))                       # a new checkpoint records its spec
+    assert (cp / SPEC_RECORD).exists()
+    limited = base.model_copy(update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": 500})})
+    guard_checkpoint_spec(limited, f"file:{cp}")               # a rate limit may change: reused, recorded
+    assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")
+    narrower = limited.model_copy(update={"window": limited.window.model_copy(update={"lower": timedelta(hours=-1)})})
+    with pytest.raises(CheckpointSpecMismatch, match=r"window\.lower.*joinshift replay"):
+        guard_checkpoint_spec(narrower, str(cp))
+    assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")  # unchanged
