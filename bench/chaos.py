@@ -8,7 +8,7 @@ the next micro-batch (mid foreachBatch, mid Delta commit). Measured per kill: se
 SIGKILL to the output Delta table's next new version (the first new output rows after the
 automatic restart).
 
-    python -m bench.chaos --kills 20 [--left-events 600] [--max-offsets 40] [--seed 2026]
+    python -m bench.chaos --kills 20 [--left-events 1000] [--max-offsets 40] [--seed 2026]
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def _drained_fn(spec, s, proc, bootstrap, stall_after_s) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--kills", type=int, default=20)
-    p.add_argument("--left-events", type=int, default=600, help="left events (one day)")
+    p.add_argument("--left-events", type=int, default=1000, help="left events (one day): enough input for 20 kills")
     p.add_argument("--max-offsets", type=int, default=40, help="maxOffsetsPerTrigger")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--no-broker-bounce", action="store_true")

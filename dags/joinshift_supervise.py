@@ -1,12 +1,13 @@
 """
 ### joinshift: supervise the continuous streaming join
 
-Every 10 minutes: make sure the continuous join process (`python -m jobs.stream_join`) runs,
-starting it if not, then watch it for ~9 minutes (bounded checks). A process that exited or
-stalled is restarted from its checkpoint with exponential backoff; a join whose BOTH inputs are
-behind (paper §6.4) fails the task, so the failure callback raises the alert. Health samples are
-then loaded into the `stream_health` Delta table. While a replay holds the pipeline
-(`joinshift_replay`), checks count as `held` and nothing is restarted. Logic: `jobs/supervisor.py`.
+Every 10 minutes a sensor watches the continuous join process (`python -m jobs.stream_join`)
+for `watch_minutes`, one check per 10-second poke: it starts the process if none runs, restarts
+one that exited or stalled from its checkpoint with exponential backoff (kept across pokes), and
+fails, so the failure callback raises the alert, when it gives up restarting or BOTH inputs are
+behind (paper §6.4). While a replay holds the pipeline (`joinshift_replay`), pokes count as
+`held` and nothing is restarted. Health samples and the join's per-micro-batch progress are then
+loaded into the `stream_health` and `stream_progress` Delta tables. Logic: `jobs/supervisor.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, PokeReturnValue, dag, task
 
 SPEC = "include/specs/search_sessions.yaml"
 log = logging.getLogger("joinshift.alerts")
@@ -36,21 +37,21 @@ def alert_on_failure(context) -> None:
     tags=["joinshift", "stream", "supervision"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": alert_on_failure},
     params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)"),
-            "checks": Param(54, type="integer", minimum=1, description="health checks per run"),
-            "interval_s": Param(10, type="number", minimum=0.5, description="seconds between checks")},
+            "watch_minutes": Param(9, type="number", minimum=0, description="how long this run watches")},
     doc_md=__doc__,
 )
 def joinshift_supervise():
-    @task(execution_timeout=timedelta(minutes=12))
-    def supervise_stream(params=None) -> dict:
-        """Adopt (pid file) or start the stream process; check it; restart on exit/stall."""
+    @task.sensor(poke_interval=10, timeout=timedelta(minutes=12), mode="poke")
+    def supervise_stream(params=None, run_id=None) -> PokeReturnValue:
+        """Each poke: adopt (pid file) or start the stream process, check it, restart on exit/stall."""
         from jobs import orchestration
 
-        return orchestration.supervise(params["spec"], params["checks"], params["interval_s"])
+        done, summary = orchestration.supervise_poke(params["spec"], run_id, params["watch_minutes"] * 60)
+        return PokeReturnValue(is_done=done, xcom_value=summary)
 
     @task(trigger_rule="all_done")
-    def load_health(params=None) -> int:
-        """Copy the supervisor's health.jsonl into the `stream_health` Delta table (idempotent)."""
+    def load_health(params=None) -> dict:
+        """Health samples and per-micro-batch progress into `stream_health` / `stream_progress`."""
         from jobs import orchestration
 
         return orchestration.load_health(params["spec"])

@@ -168,24 +168,29 @@ def report(spec: str, ds: str) -> dict:
     return {"html": str(files.html), "status": files.status, "unavailable": list(files.unavailable)}
 
 
-def supervise(spec: str, checks: int = 54, interval_s: float = 10) -> dict:
-    """Adopt or start the continuous stream process and watch it; raise (so Airflow's failure
-    callback alerts) when it gave up restarting or both streams are behind."""
-    from jobs.supervisor import log_alert
-    from jobs.supervisor import supervise as run
+def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
+    """One poke of the supervision sensor: adopt or start the continuous stream process, check
+    it, restart it on exit or stall (backoff kept across pokes). Raises (so Airflow's failure
+    callback alerts) when it gave up restarting or both streams are behind. Returns (the watch
+    is over, a summary for XCom)."""
+    from jobs.supervisor import log_alert, supervise_step
 
     path = spec_path(spec)
-    report = run(load_spec(path), spec_path=path, checks=checks, interval_s=interval_s, on_alert=log_alert)
+    done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
     if report.gave_up or any(a["kind"] == "backlogged" for a in report.alerts):
         raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
-    return {"restarts": len(report.restarts), "states": report.states, "last": report.last, "pid": report.pid}
+    return done, {"checks": report.checks, "restarts": len(report.restarts), "states": report.states,
+                  "last": report.last, "pid": report.pid}
 
 
-def load_health(spec: str) -> int:
-    """Copy the supervisor's health samples into the `stream_health` Delta table (idempotent)."""
-    from jobs.supervisor import load_health_table
+def load_health(spec: str) -> dict:
+    """Copy the supervisor's health samples and the join's per-micro-batch progress into the
+    `stream_health` and `stream_progress` Delta tables (idempotent)."""
+    from jobs.supervisor import load_health_table, load_progress_table
 
-    return load_health_table(_spark(), _spec(spec))
+    join_spec, spark = _spec(spec), _spark()
+    return {"health_samples": load_health_table(spark, join_spec),
+            "micro_batches": load_progress_table(spark, join_spec)}
 
 
 def _cutover(cutover: str):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import logging
 import threading
 from collections.abc import Callable
@@ -200,7 +201,7 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     join type, schema: the fields ``jobs.plan`` marks fresh-checkpoint-and-replay), instead of
     letting Spark silently mix the old state with the new join; else record ``spec`` as the one
     the checkpoint continues with."""
-    from jobs.checkpoint import CheckpointError, local_path
+    from jobs.checkpoint import CheckpointError, batch_ids, local_path
     from jobs.plan import plan
 
     try:
@@ -208,7 +209,7 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     except CheckpointError:
         return  # remote storage: the guard needs a local folder
     record = cp / SPEC_RECORD
-    if record.exists():
+    if record.exists() and batch_ids(cp / "commits"):  # a checkpoint with no committed batch holds no state
         built = JoinSpec.model_validate_json(record.read_text())
         blocking = plan(built, spec).blocking
         if blocking:
@@ -230,7 +231,13 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
                          owned_from=None,
                          on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
+    from jobs.supervisor import current_hold
+
     tables = Tables.of(spec, s)
+    held = current_hold(spec, s)
+    if held is not None and held["pid"] != os.getpid():
+        raise RuntimeError(f"{spec.pipeline} is held by pid {held['pid']} since {held.get('since')} "
+                           f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends")
     guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
     _ensure_recorder(spark, tables)
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))

@@ -483,6 +483,69 @@ def load_health_table(spark, spec: JoinSpec, s: Settings | None = None) -> int:
     return len(rows)
 
 
+PROGRESS_SCHEMA = (
+    "run_id STRING, batch_id LONG, started_at STRING, batch_duration_ms LONG, input_rows_left LONG, "
+    "input_rows_right LONG, processed_rate_left DOUBLE, processed_rate_right DOUBLE, join_state_rows LONG, "
+    "join_state_memory_bytes LONG, dedup_state_rows LONG, state_memory_bytes LONG, watermark STRING, "
+    "dropped_by_watermark_join LONG, dropped_by_watermark LONG"
+)
+
+
+def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
+    """One micro-batch of the join query (a progress-log line) as a flat ``stream_progress`` row.
+    The join's state is one operator holding both sides (rows per side: ``checkpoint inspect``);
+    the per-side event-id de-duplication operators are summed as ``dedup_state_rows``."""
+    dur = (p.get("durationMs") or {}).get("triggerExecution")
+    row: dict[str, Any] = {"run_id": p.get("runId"), "batch_id": p.get("batchId"), "started_at": p.get("timestamp"),
+                           "batch_duration_ms": int(dur) if dur is not None else None}
+    for side in ("left", "right"):
+        srcs = [x for x in p.get("sources", []) if f"[{spec.side(side).topic}]" in x.get("description", "")]
+        row[f"input_rows_{side}"] = sum(int(x.get("numInputRows") or 0) for x in srcs)
+        rates = [x.get("processedRowsPerSecond") for x in srcs if x.get("processedRowsPerSecond") is not None]
+        row[f"processed_rate_{side}"] = float(sum(rates)) if rates else None
+    ops = p.get("stateOperators") or []
+    join = [o for o in ops if "join" in str(o.get("operatorName", "")).lower()]
+    dedup = [o for o in ops if o not in join]
+    total = lambda os_, k: sum(int(o.get(k) or 0) for o in os_)  # noqa: E731
+    row.update({
+        "join_state_rows": total(join, "numRowsTotal"), "join_state_memory_bytes": total(join, "memoryUsedBytes"),
+        "dedup_state_rows": total(dedup, "numRowsTotal"), "state_memory_bytes": total(ops, "memoryUsedBytes"),
+        "watermark": (p.get("eventTime") or {}).get("watermark"),
+        "dropped_by_watermark_join": total(join, "numRowsDroppedByWatermark"),
+        "dropped_by_watermark": total(ops, "numRowsDroppedByWatermark"),
+    })
+    return row
+
+
+def load_progress_table(spark, spec: JoinSpec, s: Settings | None = None) -> int:
+    """Copy the join query's progress log into the Delta table ``stream_progress``, one row per
+    micro-batch (MERGE on run id and batch id: re-loading never duplicates; a batch re-run after
+    a crash has its own run id, so both attempts are kept). The stream process appends the log
+    as each batch ends (a Delta commit per batch from the listener would double the batch's
+    fixed cost); the supervise DAG loads it. Returns the number of batches loaded."""
+    from delta.tables import DeltaTable
+
+    p = Path(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    rows = []
+    if p.exists():
+        for line in p.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(progress_row(spec, json.loads(line)))
+    if not rows:
+        return 0
+    cols = [c.split()[0] for c in PROGRESS_SCHEMA.split(", ")]
+    df = spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], PROGRESS_SCHEMA) \
+        .dropDuplicates(["run_id", "batch_id"])
+    path = Tables.of(spec, s).stream_progress
+    if not DeltaTable.isDeltaTable(spark, path):
+        df.write.format("delta").mode("append").save(path)
+    else:
+        (DeltaTable.forPath(spark, path).alias("t")
+         .merge(df.alias("s"), "t.run_id = s.run_id AND t.batch_id = s.batch_id")
+         .whenNotMatchedInsertAll().execute())
+    return len(rows)
+
+
 # ------------------------------------------------------------------ supervision
 
 @dataclass
@@ -504,93 +567,155 @@ def log_alert(kind: str, message: str) -> None:
     log.error("ALERT [%s] %s", kind, message)
 
 
-def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, checks: int = 54,
-              interval_s: float = 10, stall_after_s: float = 120, backlog_threshold_s: float = 600,
-              max_restarts: int = 10, backoff_s: Sequence[float] = (1, 2, 4, 8, 16, 32, 60),
-              trigger_interval: str | None = None, on_alert: AlertHook | None = log_alert,
-              stop: threading.Event | None = None, process: StreamProcess | None = None,
-              bootstrap: str | None = None, env: dict[str, str] | None = None,
-              on_restart: Callable[[dict[str, Any]], None] | None = None) -> SupervisionReport:
-    """Ensure the stream process runs, check it ``checks`` times every ``interval_s`` seconds, and
-    restart it from its checkpoint when it exited or stalled.
+class Supervisor:
+    """One pipeline's supervision, one :meth:`check` at a time: the loop of :func:`supervise` and
+    the pokes of the ``joinshift_supervise`` sensor both drive it. What it must remember between
+    checks (restarts in a row for the backoff, the batch seen at the last restart, whether a hold
+    was on, the report so far) is :meth:`memory`, which a sensor keeps in a file between pokes.
 
     The n-th restart in a row waits ``backoff_s[n]`` (the last value repeats) before starting;
-    a new micro-batch after a restart resets the count. More than ``max_restarts`` restarts in
-    one call raise the ``restart_limit`` alert and end supervision (``gave_up``). ``stop`` ends
-    the loop early; the process keeps running either way (the next call adopts it by pid file).
-    While a maintenance :func:`hold` is on (a replay owns the checkpoint), it neither starts nor
-    restarts the process and counts the checks as ``held``; when the hold ends it starts it.
+    a new micro-batch after a restart resets the count. More than ``max_restarts`` restarts raise
+    the ``restart_limit`` alert and end supervision (``gave_up``). While a maintenance
+    :func:`hold` is on (a replay owns the checkpoint), it neither starts nor restarts the process
+    and counts the checks as ``held``; when the hold ends it starts it.
     """
-    s = s or settings()
-    alert = on_alert or (lambda kind, msg: None)
-    report = SupervisionReport(spec.pipeline)
-    proc = process or StreamProcess(spec_path, spec, s, trigger_interval=trigger_interval, env=env)
-    held = current_hold(spec, s)
-    if not proc.alive() and not proc.find() and held is None:
-        proc.start()
-        report.restarts.append({"at": _iso(_now()), "reason": "not running", "backoff_s": 0, "pid": proc.pid})
-    in_a_row, batch_at_restart, was_held = 0, None, held is not None
-    for i in range(checks):
-        if stop is not None and stop.is_set():
-            break
-        if i:
-            (stop.wait(interval_s) if stop is not None else time.sleep(interval_s))
-            if stop is not None and stop.is_set():
-                break
-            held = current_hold(spec, s)
+
+    def __init__(self, spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path,
+                 stall_after_s: float = 120, backlog_threshold_s: float = 600, max_restarts: int = 10,
+                 backoff_s: Sequence[float] = (1, 2, 4, 8, 16, 32, 60), trigger_interval: str | None = None,
+                 on_alert: AlertHook | None = log_alert, stop: threading.Event | None = None,
+                 process: StreamProcess | None = None, bootstrap: str | None = None,
+                 env: dict[str, str] | None = None, on_restart: Callable[[dict[str, Any]], None] | None = None,
+                 memory: dict[str, Any] | None = None):
+        self.spec, self.s = spec, s or settings()
+        self.stall_after_s, self.backlog_threshold_s = stall_after_s, backlog_threshold_s
+        self.max_restarts, self.backoff_s = max_restarts, tuple(backoff_s)
+        self.alert = on_alert or (lambda kind, msg: None)
+        self.stop, self.bootstrap, self.on_restart = stop, bootstrap, on_restart
+        self.proc = process or StreamProcess(spec_path, spec, self.s, trigger_interval=trigger_interval, env=env)
+        m = memory or {}
+        self.report = SupervisionReport(**m["report"]) if "report" in m else SupervisionReport(spec.pipeline)
+        self.in_a_row: int = m.get("in_a_row", 0)
+        self.batch_at_restart: int | None = m.get("batch_at_restart")
+        self.was_held: bool = m.get("was_held", False)
+
+    def memory(self) -> dict[str, Any]:
+        return {"report": self.report.as_dict(), "in_a_row": self.in_a_row,
+                "batch_at_restart": self.batch_at_restart, "was_held": self.was_held}
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep; False if ``stop`` was set meanwhile."""
+        if self.stop is not None:
+            return not self.stop.wait(seconds)
+        time.sleep(seconds)
+        return True
+
+    def ensure_started(self) -> None:
+        """Adopt the running process (pid file) or start it, unless the pipeline is held."""
+        held = current_hold(self.spec, self.s)
+        self.was_held = self.was_held or held is not None
+        if not self.proc.alive() and not self.proc.find() and held is None:
+            self.proc.start()
+            self.report.restarts.append({"at": _iso(_now()), "reason": "not running", "backoff_s": 0,
+                                         "pid": self.proc.pid})
+        self.report.pid = self.proc.pid
+
+    def check(self) -> bool:
+        """One health check, and a restart if it exited or stalled. False: supervision must end
+        (it gave up, or ``stop`` was set during a backoff)."""
+        spec, s, report, proc = self.spec, self.s, self.report, self.proc
+        held = current_hold(spec, s)
         if held is not None:  # a replay owns the checkpoint: hands off
             report.checks += 1
             report.states["held"] = report.states.get("held", 0) + 1
             report.last = {"sampled_at": _iso(_now()), "state": "held",
                            "reason": f"held by pid {held['pid']} since {held.get('since')}: {held.get('reason')}"}
-            was_held = True
-            continue
-        if was_held:  # the hold ended (a replay finished): start from the new checkpoint, no backoff
-            was_held = False
+            self.was_held = True
+            return True
+        if self.was_held:  # the hold ended (a replay finished): start from the new checkpoint, no backoff
+            self.was_held = False
             if not proc.alive() and not proc.find():
                 proc.start()
                 report.restarts.append({"at": _iso(_now()), "reason": "hold ended", "backoff_s": 0,
                                         "pid": proc.pid})
-        h = health(spec, s, stall_after_s=stall_after_s, backlog_threshold_s=backlog_threshold_s,
-                   process=proc, bootstrap=bootstrap)
+        h = health(spec, s, stall_after_s=self.stall_after_s, backlog_threshold_s=self.backlog_threshold_s,
+                   process=proc, bootstrap=self.bootstrap)
         report.checks += 1
         report.states[h.state] = report.states.get(h.state, 0) + 1
         report.last = h.row()
         write_health(None, spec, s, h)
-        if h.last_batch_id is not None and batch_at_restart is not None and h.last_batch_id != batch_at_restart \
-                and h.state in ("running", "backlogged"):
-            in_a_row = 0
+        if h.last_batch_id is not None and self.batch_at_restart is not None \
+                and h.last_batch_id != self.batch_at_restart and h.state in ("running", "backlogged"):
+            self.in_a_row = 0
         if h.state == "backlogged":
             report.alerts.append({"kind": "backlogged", "message": h.reason})
-            alert("backlogged", f"{spec.pipeline}: {h.reason}")
+            self.alert("backlogged", f"{spec.pipeline}: {h.reason}")
         if h.state not in ("exited", "stalled"):
-            continue
-        if len(report.restarts) >= max_restarts:
+            report.pid = proc.pid
+            return True
+        if len(report.restarts) >= self.max_restarts:
             report.gave_up = True
             msg = f"{spec.pipeline}: {len(report.restarts)} restarts, giving up ({h.state}: {h.reason})"
             report.alerts.append({"kind": "restart_limit", "message": msg})
-            alert("restart_limit", msg)
-            break
-        wait = backoff_s[min(in_a_row, len(backoff_s) - 1)] if backoff_s else 0
+            self.alert("restart_limit", msg)
+            return False
+        wait = self.backoff_s[min(self.in_a_row, len(self.backoff_s) - 1)] if self.backoff_s else 0
         rc = proc.returncode()
         reason = f"{h.state}: {h.reason}" + (f" (exit code {rc})" if rc is not None else "")
-        alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
+        self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
         if h.state == "stalled":
             proc.stop(timeout=10)
-        if wait:
-            if stop is not None:
-                if stop.wait(wait):
-                    break
-            else:
-                time.sleep(wait)
+        if wait and not self._wait(wait):
+            return False
         proc.start()
-        in_a_row, batch_at_restart = in_a_row + 1, h.last_batch_id
+        self.in_a_row, self.batch_at_restart = self.in_a_row + 1, h.last_batch_id
         entry = {"at": _iso(_now()), "reason": reason, "backoff_s": wait, "pid": proc.pid}
         report.restarts.append(entry)
-        if on_restart:
-            on_restart(entry)
-    report.pid = proc.pid
-    return report
+        report.pid = proc.pid
+        if self.on_restart:
+            self.on_restart(entry)
+        return True
+
+
+def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, checks: int = 54,
+              interval_s: float = 10, stop: threading.Event | None = None, **options: Any) -> SupervisionReport:
+    """Ensure the stream process runs, check it ``checks`` times every ``interval_s`` seconds, and
+    restart it from its checkpoint when it exited or stalled (:class:`Supervisor`; ``options``
+    are its keyword arguments). ``stop`` ends the loop early; the process keeps running either
+    way (the next call adopts it by pid file)."""
+    sup = Supervisor(spec, s, spec_path=spec_path, stop=stop, **options)
+    sup.ensure_started()
+    for i in range(checks):
+        if stop is not None and stop.is_set():
+            break
+        if i and not sup._wait(interval_s):
+            break
+        if not sup.check():
+            break
+    return sup.report
+
+
+def supervise_step(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, watch: str,
+                   watch_s: float, **options: Any) -> tuple[bool, SupervisionReport]:
+    """One poke of the ``joinshift_supervise`` sensor: one check of the watch ``watch`` (e.g. the
+    Airflow run id), remembering backoff and the report across pokes in a file beside the pid
+    file. Returns (the watch lasted ``watch_s``, the report so far)."""
+    f = supervisor_dir(spec, s) / "watch.json"
+    memory: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        saved = json.loads(f.read_text())
+        if saved.get("watch") == watch:
+            memory = saved
+    sup = Supervisor(spec, s, spec_path=spec_path, memory=memory.get("memory"), **options)
+    started = memory.get("started", _now())
+    if not memory:
+        sup.ensure_started()
+    going = sup.check()
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"watch": watch, "started": started, "memory": sup.memory()}))
+    tmp.replace(f)
+    return (not going) or _now() - started >= watch_s, sup.report
 
 
 def main(argv: list[str] | None = None) -> int:

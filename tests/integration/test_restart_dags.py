@@ -63,7 +63,7 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
 
     ps, path = pipeline
     out = Tables.of(ps).output("stream")
-    conf = {"spec": str(path), "checks": 15, "interval_s": 2}
+    conf = {"spec": str(path), "watch_minutes": 0.5}  # a 10-second poke: 4 checks
 
     dr = dagbag.get_dag("joinshift_supervise").test(run_conf=conf)
     assert "success" in _state(dr)
@@ -90,13 +90,16 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     # output must be the same multiset of rows (a row written twice would show here)
     assert len(after) == len(before) and sorted(after) == sorted(before)
 
-    conf_short = {**conf, "checks": 3, "interval_s": 1}
-    dr = dagbag.get_dag("joinshift_supervise").test(run_conf=conf_short)
+    dr = dagbag.get_dag("joinshift_supervise").test(run_conf={**conf, "watch_minutes": 0})  # one poke
     assert "success" in _state(dr)
     second = StreamProcess(path, ps)
     assert second.find() and second.pid != first.pid, "supervision starts the stream again after the replay"
     samples = health_log(ps).read_text().splitlines()
-    assert len(samples) >= 15 + 3
+    assert len(samples) >= 4 + 1
+    progress = spark.read.format("delta").load(Tables.of(ps).stream_progress)  # one row per micro-batch
+    assert progress.select("run_id", "batch_id").distinct().count() == progress.count()
+    assert progress.where("input_rows_left + input_rows_right > 0 AND join_state_rows > 0").count() >= 1
+    assert progress.select("run_id").distinct().count() >= 2  # the supervised run and the replay
 
 
 def _drained(ps, bootstrap) -> bool:
@@ -118,6 +121,24 @@ def test_a_hold_keeps_the_supervisor_from_starting_the_stream(spec, test_root):
         report = supervise(hs, spec_path=path, checks=3, interval_s=0.1, process=proc, on_alert=None)
     assert report.states == {"held": 3} and report.restarts == [] and proc.pid is None
     assert "replay in a test" in report.last["reason"]
+
+
+def test_a_stream_will_not_start_on_a_checkpoint_another_process_holds(spec, test_root):
+    import json
+    import os
+
+    from jobs.stream_join import start_streaming_join
+    from jobs.supervisor import hold_file
+
+    hs = spec.model_copy(update={"pipeline": "held_elsewhere"})
+    f = hold_file(hs)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({"pid": os.getppid(), "since": "now", "reason": "replay from cut-over X"}))
+    try:
+        with pytest.raises(RuntimeError, match=r"held by pid \d+ .*replay from cut-over X"):
+            start_streaming_join(None, hs, bootstrap="127.0.0.1:1")  # refused before Spark is touched
+    finally:
+        f.unlink()
 
 
 def _other_process_hold(hs):

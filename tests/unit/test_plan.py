@@ -222,10 +222,15 @@ def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path):
     cp = tmp_path / "checkpoints" / "stream_join"
     guard_checkpoint_spec(base, str(cp))                       # a new checkpoint records its spec
     assert (cp / SPEC_RECORD).exists()
+    narrower = base.model_copy(update={"window": base.window.model_copy(update={"lower": timedelta(hours=-1)})})
+    guard_checkpoint_spec(narrower, str(cp))                   # no committed batch yet: no state to protect
+    guard_checkpoint_spec(base, str(cp))
+    (cp / "commits").mkdir()
+    (cp / "commits" / "0").write_text("v1\n{}\n")               # batch 0 committed: state exists now
     limited = base.model_copy(update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": 500})})
     guard_checkpoint_spec(limited, f"file:{cp}")               # a rate limit may change: reused, recorded
     assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")
-    narrower = limited.model_copy(update={"window": limited.window.model_copy(update={"lower": timedelta(hours=-1)})})
+    narrower = limited.model_copy(update={"window": narrower.window})
     with pytest.raises(CheckpointSpecMismatch, match=r"window\.lower.*joinshift replay"):
         guard_checkpoint_spec(narrower, str(cp))
     assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")  # unchanged
