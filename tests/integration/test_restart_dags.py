@@ -7,7 +7,6 @@ DAG run at the retention check, before anything is stopped."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,15 +15,6 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
 CUTOVER = "2026-11-19T12:00:00Z"
-
-
-def _wait(cond, timeout: float, step: float = 0.5) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return False
 
 
 def _state(dr) -> str:
@@ -56,7 +46,7 @@ def _pairs(spark, ps):
 
 
 def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kafka, pipeline):
-    from bench.chaos import delta_version
+    from bench.chaos import _wait, delta_version
     from jobs.kafka_broker import _pid_alive
     from jobs.supervisor import StreamProcess, current_hold, health_log
     from jobs.tables import Tables
