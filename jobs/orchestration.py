@@ -177,7 +177,7 @@ def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
 
     path = spec_path(spec)
     done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
-    if report.gave_up or any(a["kind"] == "backlogged" for a in report.alerts):
+    if report.gave_up or (report.last or {}).get("state") == "backlogged":  # this poke's state
         raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
     return done, {"checks": report.checks, "restarts": len(report.restarts), "states": report.states,
                   "last": report.last, "pid": report.pid}

@@ -704,7 +704,8 @@ def supervise_step(spec: JoinSpec, s: Settings | None = None, *, spec_path: str 
     memory: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         saved = json.loads(f.read_text())
-        if saved.get("watch") == watch:
+        # a retry of a watch that gave up starts over, with a fresh restart budget
+        if saved.get("watch") == watch and not saved["memory"]["report"].get("gave_up"):
             memory = saved
     sup = Supervisor(spec, s, spec_path=spec_path, memory=memory.get("memory"), **options)
     started = memory.get("started", _now())

@@ -42,3 +42,37 @@ def test_an_idle_batch_has_zero_inputs_not_missing_ones():
     p["sources"] = [{**x, "numInputRows": 0, "processedRowsPerSecond": 0.0} for x in p["sources"]]
     row = progress_row(SPEC, p)
     assert row["input_rows_left"] == 0 and row["processed_rate_left"] == 0.0
+
+
+def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_over(tmp_path):
+    """Pokes of one watch share the report (and backoff); a watch that gave up starts over."""
+    import dataclasses
+    import json
+
+    from jobs.settings import Settings
+    from jobs.supervisor import StreamProcess, hold, supervise_step
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path))
+    spec = SPEC.model_copy(update={"pipeline": "watched"})
+
+    class NeverStarted(StreamProcess):  # held below, so never started
+        def start(self):
+            raise AssertionError("a held pipeline must not be started")
+
+    opts = {"spec_path": tmp_path / "spec.yaml", "watch_s": 3600, "on_alert": None}
+    with hold(spec, s, reason="replay"):
+        proc = NeverStarted(tmp_path / "spec.yaml", spec, s)
+        done, report = supervise_step(spec, s, watch="run-1", process=proc, **opts)
+        assert not done and report.checks == 1
+        done, report = supervise_step(spec, s, watch="run-1", process=proc, **opts)
+        assert report.checks == 2 and report.states == {"held": 2}
+        done, report = supervise_step(spec, s, watch="run-2", process=proc, **opts)
+        assert report.checks == 1                                   # a new watch starts its own report
+        f = tmp_path / "supervisor" / "watched" / "watch.json"
+        saved = json.loads(f.read_text())
+        saved["memory"]["report"]["gave_up"] = True
+        f.write_text(json.dumps(saved))
+        done, report = supervise_step(spec, s, watch="run-2", process=proc, **opts)
+        assert report.checks == 1 and not report.gave_up             # the retry starts over
+        done, _ = supervise_step(spec, s, watch="run-3", process=proc, **{**opts, "watch_s": 0})
+        assert done
