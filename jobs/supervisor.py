@@ -624,6 +624,8 @@ class Supervisor:
         """One health check, and a restart if it exited or stalled. False: supervision must end
         (it gave up, or ``stop`` was set during a backoff)."""
         spec, s, report, proc = self.spec, self.s, self.report, self.proc
+        if not proc.alive():
+            proc.find()  # adopt what an earlier check or poke started (a sensor's poke starts with no pid)
         held = current_hold(spec, s)
         if held is not None:  # a replay owns the checkpoint: hands off
             report.checks += 1

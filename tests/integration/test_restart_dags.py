@@ -7,6 +7,7 @@ DAG run at the retention check, before anything is stopped."""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert "success" in _state(dr)
     first = StreamProcess(path, ps)
     assert first.find(), "the supervised stream process runs on after the DAG run"
+    running = subprocess.run(["pgrep", "-f", f"jobs.stream_join --spec {path}"], capture_output=True, text=True)
+    assert len(running.stdout.split()) == 1, "every poke must adopt the one process, not start another"
     assert _wait(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
     states = {r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health"))
               .select("state").collect()}

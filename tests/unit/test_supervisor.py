@@ -76,3 +76,34 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
         assert report.checks == 1 and not report.gave_up             # the retry starts over
         done, _ = supervise_step(spec, s, watch="run-3", process=proc, **{**opts, "watch_s": 0})
         assert done
+
+
+def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path):
+    """A sensor's poke builds its process handle afresh (no pid): it must adopt the running
+    process by its pid file, not take it for exited and start a second one."""
+    import dataclasses
+    import sys
+
+    from jobs.kafka_broker import _pid_alive
+    from jobs.settings import Settings
+    from jobs.supervisor import StreamProcess, stop_stream_process, supervise_step, write_spec
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = SPEC.model_copy(update={"pipeline": "poked"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+
+    class Sleeper(StreamProcess):  # a live process standing in for the stream job
+        def command(self):
+            return [sys.executable, "-c", "import time; time.sleep(60)", "jobs.stream_join", "--spec", self.spec_path]
+
+    opts = {"spec_path": path, "watch_s": 3600, "on_alert": None, "bootstrap": "127.0.0.1:1"}
+    try:
+        _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
+        first = report.pid
+        assert _pid_alive(first) and len(report.restarts) == 1
+        for _ in range(2):
+            _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
+        assert report.pid == first and len(report.restarts) == 1, report.restarts
+        assert set(report.states) == {"starting"}
+    finally:
+        stop_stream_process(spec, s)
