@@ -13,9 +13,9 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 #: SIGKILLs per run: each costs a fresh Spark JVM and its first micro-batch, 20-30 s from the kill
-#: to new output on an idle 2-core machine (measured); 5 kills and the broker bounce take ~5 min.
+#: to new output on an idle 2-core machine (measured). 3 in `make test` (with 5 it measured 20:08, over the budget);
 #: `python -m bench.chaos --kills 20` is the long run.
-KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "5"))
+KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, spec, test_settings, test_root):
