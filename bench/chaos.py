@@ -40,8 +40,8 @@ def isolated_spec(spec, name: str, max_offsets: int):
 
 
 def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: int) -> int:
-    from jobs.kafka_broker import create_topic
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed), base_spec)
     records = wl.records.assign(topic=wl.records.topic.map({base_spec.left.topic: spec.left.topic,
@@ -55,7 +55,7 @@ def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: in
 def reference_output(spark, spec, bootstrap: str, s: Settings) -> list[tuple]:
     """One uninterrupted availableNow run, in-process (its spec may cut micro-batches differently:
     with wide watermarks the output does not depend on it)."""
-    from jobs.stream_join import start_streaming_join
+    from jobs.steps.stream import start_streaming_join
 
     (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False)
     q.awaitTermination()
@@ -63,7 +63,7 @@ def reference_output(spark, spec, bootstrap: str, s: Settings) -> list[tuple]:
 
 
 def output_rows(spark, spec, s: Settings) -> list[tuple]:
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
     return sorted(tuple(r) for r in df.select("left_event_id", "right_event_id").collect())
@@ -77,7 +77,7 @@ def delta_version(path: str) -> int:
 
 
 def progress_lines(spec, s: Settings) -> int:
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     p = Path(Tables.of(spec, s).progress_log("stream_join"))
     return len(p.read_bytes().splitlines()) if p.exists() else 0
@@ -99,8 +99,10 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
     """Supervise the stream process of ``spec`` (settings ``s``) and SIGKILL it ``kills`` times;
     bounce ``broker`` (stop, start: same port and data) after kill ``broker_bounce_after``; then
     let it drain (lag 0 on both streams, no new micro-batch for a few seconds) and stop it."""
-    from jobs.supervisor import StreamProcess, health, supervise
-    from jobs.tables import Tables
+    from jobs.operate.process import StreamProcess
+    from jobs.operate.health import health
+    from jobs.operate.supervisor import supervise
+    from jobs.storage.tables import Tables
 
     out_path = Tables.of(spec, s).output("stream")
     rng = random.Random(seed)
@@ -201,7 +203,7 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
 
 
 def _drained_fn(spec, s, proc, bootstrap, stall_after_s) -> bool:
-    from jobs.supervisor import health
+    from jobs.operate.health import health
 
     if not proc.alive():
         return False
@@ -220,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     command = "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:])
 
-    from jobs.kafka_broker import EmbeddedKafka
-    from jobs.spark_session import get_spark
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
-    from jobs.supervisor import write_spec
+    from jobs.spec import write_spec
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)

@@ -51,8 +51,8 @@ def rebuild_spec(base, name: str, max_offsets: int | None):
 def publish_before_cutover(base, spec, bootstrap: str, left_events: int, cutover: datetime, seed: int) -> int:
     """One generated day; the records that arrived in the 8 hours before the cut-over (the replay
     needs the last window span + watermark delay: 5 h 30 min for the default spec)."""
-    from jobs.kafka_broker import create_topic
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed,
                                  start_date=cutover.date()), base)
@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(f"--left-events / --cutover: {e}")
 
-    from jobs.checkpoint import state_summary
-    from jobs.kafka_broker import EmbeddedKafka
-    from jobs.replay import replay, replay_start
-    from jobs.spark_session import get_spark
+    from jobs.operate.checkpoint import state_summary
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.operate.replay import replay, replay_start
+    from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
 
     root = Path(args.root)
@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _records_after(bootstrap: str, offsets: dict[str, dict[str, int]]) -> int:
     """Records from the replay's starting offsets to the end of each partition."""
-    from jobs.checkpoint import kafka_end_offsets
+    from jobs.storage.kafka import end_offsets
 
-    ends = kafka_end_offsets(bootstrap, sorted(offsets))
+    ends = end_offsets(bootstrap, sorted(offsets))
     return sum(ends[t][int(p)] - o for t, parts in offsets.items() for p, o in parts.items())
 
 

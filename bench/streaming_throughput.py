@@ -40,16 +40,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from jobs import delta_io
-    from jobs.batch_join import join_events
-    from jobs.kafka_broker import EmbeddedKafka, create_topic
-    from jobs.landing import land_day
-    from jobs.records import good_events, parse_records
-    from jobs.spark_session import get_spark
+    from jobs.storage import delta_io
+    from jobs.join.conditions import join_events
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.storage.kafka import create_topic
+    from jobs.steps.landing import land_day
+    from jobs.join.records import good_events, parse_records
+    from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
-    from jobs.stream_join import read_kafka_stream, start_streaming_join
-    from jobs.tables import Tables
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import read_stream
+    from jobs.steps.stream import start_streaming_join
+    from jobs.storage.tables import Tables
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         def passthrough(run: int) -> float:
             """Parse both topics and append to Delta, batched like the join."""
             out = str(root / "storage" / f"passthrough_{run}")
-            streams = [good_events(parse_records(read_kafka_stream(spark, bootstrap, spec.side(side).topic,
+            streams = [good_events(parse_records(read_stream(spark, bootstrap, spec.side(side).topic,
                                                                    args.batch_records), spec.side(side), spec),
                                    spec.side(side)).select(F.col(spec.side(side).id).alias("id"), "ds")
                        for side in ("left", "right")]

@@ -69,7 +69,7 @@ def find_chromium() -> str | None:
 
 def write_example_reports(storage_root: Path, days: tuple[str, ...] = EXAMPLE_DAYS) -> Path:
     """``<storage_root>/reports/search_sessions/<ds>/`` for each day, as the report DAG writes them."""
-    from jobs.report import example_data, publish_report
+    from jobs.report.render import example_data, publish_report
 
     reports = Path(storage_root) / "reports"
     for i, ds in enumerate(days):
@@ -101,7 +101,7 @@ class AirflowStandalone:
         return f"http://127.0.0.1:{self.port}"
 
     def env(self) -> dict[str, str]:
-        from jobs.airflow_env import airflow_env
+        from jobs.local.airflow_env import airflow_env
 
         home = str(self.home)
         env = dict(os.environ)

@@ -99,11 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from jobs.batch_join import join_events
-    from jobs.spark_session import get_spark
+    from jobs.join.conditions import join_events
+    from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
-    from jobs.window_sweep import format_candidate, parse_grid, sweep
-    from jobs.workload import WorkloadParams, generate
+    from jobs.accuracy.sweep import format_candidate, parse_grid, sweep
+    from jobs.workload.generator import WorkloadParams, generate
 
     spec = load_spec(args.spec)
     grid = parse_grid(args.grid)

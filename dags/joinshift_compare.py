@@ -31,16 +31,16 @@ def joinshift_compare():
     @task.sensor(poke_interval=600, timeout=2 * 86400, mode="reschedule")
     def wait_for_batch_and_stream(params=None, ds=None) -> bool:
         """True once every batch variant for ds exists and the stream has moved past ds."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.inputs_ready(params["spec"], ds)
+        return airflow_tasks.inputs_ready(params["spec"], ds)
 
     @task
     def compare(params=None, ds=None) -> list[dict]:
         """Match rates of the four variants and boundary deltas, to the metrics table."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.compare(params["spec"], ds)
+        return airflow_tasks.compare(params["spec"], ds)
 
     wait_for_batch_and_stream() >> compare()
 

@@ -32,16 +32,16 @@ def joinshift_daily():
     @task
     def land(side: str, params=None, ds=None) -> dict:
         """Land one stream's ds from Kafka into Delta; counts per quarantine reason."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.land(params["spec"], ds, side)
+        return airflow_tasks.land(params["spec"], ds, side)
 
     @task
     def batch_join(variant: str, params=None, ds=None) -> dict:
         """One batch baseline, idempotent per ds partition."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.batch(params["spec"], ds, variant)
+        return airflow_tasks.batch(params["spec"], ds, variant)
 
     landed = [land.override(task_id=f"land_{side}")(side) for side in ("left", "right")]
     for variant in ("batch_1d_1d", "batch_1d_windowed", "batch_1d_2d"):

@@ -40,16 +40,16 @@ def joinshift_replay():
     @task(retries=0)
     def check_retention(params=None) -> dict:
         """Replay start per stream and partition; fails if Kafka no longer retains it."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.replay_plan(params["spec"], params["cutover"])
+        return airflow_tasks.replay_plan(params["spec"], params["cutover"])
 
     @task(retries=0)
     def replay(params=None) -> dict:
         """Stop the stream, keep the old checkpoint, rebuild the window, own the output from cut-over."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.replay(params["spec"], params["cutover"])
+        return airflow_tasks.replay(params["spec"], params["cutover"])
 
     check_retention() >> replay()
 

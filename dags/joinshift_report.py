@@ -33,23 +33,23 @@ def joinshift_report():
     @task.sensor(poke_interval=600, timeout=3 * 86400, mode="reschedule")
     def wait_for_compare(params=None, ds=None) -> bool:
         """True once compare wrote every variant's match rate for ds."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.metrics_ready(params["spec"], ds)
+        return airflow_tasks.metrics_ready(params["spec"], ds)
 
     @task(retries=0)
     def quality_gates(params=None, ds=None) -> list[dict]:
         """Great Expectations suites; fails (without retrying) when a gate fails."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.quality_gates(params["spec"], ds)
+        return airflow_tasks.quality_gates(params["spec"], ds)
 
     @task(trigger_rule="all_done")
     def accuracy_report(params=None, ds=None) -> dict:
         """The HTML + PNG + JSON report, and the window recommendation."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.report(params["spec"], ds)
+        return airflow_tasks.report(params["spec"], ds)
 
     ready = wait_for_compare()
     ready >> quality_gates() >> accuracy_report()

@@ -38,9 +38,9 @@ def joinshift_simulate():
     @task(retries=0)
     def simulate(params=None) -> dict:
         """Publish the workload slice by slice with the streaming join running."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.simulate(params["spec"], params["workload"], int(params["slice_minutes"]))
+        return airflow_tasks.simulate(params["spec"], params["workload"], int(params["slice_minutes"]))
 
     simulate()
 

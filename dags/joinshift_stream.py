@@ -31,9 +31,9 @@ def joinshift_stream():
     @task
     def stream_increment(params=None) -> dict:
         """Process everything available in Kafka, then stop (Spark `availableNow`)."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.stream_increment(params["spec"])
+        return airflow_tasks.stream_increment(params["spec"])
 
     stream_increment()
 

@@ -44,17 +44,17 @@ def joinshift_supervise():
     @task.sensor(poke_interval=10, timeout=timedelta(minutes=12), mode="poke")
     def supervise_stream(params=None, run_id=None) -> PokeReturnValue:
         """Each poke: adopt (pid file) or start the stream process, check it, restart on exit/stall."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        done, summary = orchestration.supervise_poke(params["spec"], run_id, params["watch_minutes"] * 60)
+        done, summary = airflow_tasks.supervise_poke(params["spec"], run_id, params["watch_minutes"] * 60)
         return PokeReturnValue(is_done=done, xcom_value=summary)
 
     @task(trigger_rule="all_done")
     def load_health(params=None) -> dict:
         """Health samples and per-micro-batch progress into `stream_health` / `stream_progress`."""
-        from jobs import orchestration
+        from jobs import airflow_tasks
 
-        return orchestration.load_health(params["spec"])
+        return airflow_tasks.load_health(params["spec"])
 
     supervise_stream() >> load_health()
 

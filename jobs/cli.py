@@ -49,7 +49,7 @@ def _ds_range(args) -> list[date]:
 
 
 def _load_spec(path: str):
-    from jobs.orchestration import spec_path
+    from jobs.spec import spec_path
     from jobs.spec import SpecError, load_spec
 
     try:
@@ -61,13 +61,13 @@ def _load_spec(path: str):
 # ------------------------------------------------------------------------------- commands
 
 def cmd_kafka(args) -> int:
-    from jobs import kafka_broker
+    from jobs.local import kafka_broker
 
     return kafka_broker.main([args.action])
 
 
 def cmd_airflow(args) -> int:
-    from jobs.airflow_env import apply_airflow_env
+    from jobs.local.airflow_env import apply_airflow_env
 
     env = apply_airflow_env()
     airflow = str(Path(sys.executable).with_name("airflow"))
@@ -76,8 +76,8 @@ def cmd_airflow(args) -> int:
 
 
 def cmd_land(args) -> int:
-    from jobs.landing import land_day
-    from jobs.spark_session import get_spark
+    from jobs.steps.landing import land_day
+    from jobs.storage.spark import get_spark
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-land")
     for ds in _ds_range(args):
@@ -86,9 +86,9 @@ def cmd_land(args) -> int:
 
 
 def cmd_batch(args) -> int:
-    from jobs.batch_join import run_variant
-    from jobs.spark_session import get_spark
-    from jobs.tables import BATCH_VARIANTS
+    from jobs.steps.batch import run_variant
+    from jobs.storage.spark import get_spark
+    from jobs.join.variants import BATCH_VARIANTS
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-batch")
     for ds in _ds_range(args):
@@ -98,17 +98,19 @@ def cmd_batch(args) -> int:
 
 
 def cmd_stream(args) -> int:
-    from jobs import stream_join
+    from jobs.steps import stream as stream_join
 
     argv = ["--spec", str(args.spec)] + (["--available-now"] if args.available_now else [])
+    if args.trigger_interval:
+        argv += ["--trigger-interval", args.trigger_interval]
     return stream_join.main(argv)
 
 
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from jobs.compare import compare_ds, render_table
-    from jobs.spark_session import get_spark
+    from jobs.accuracy.compare import compare_ds, render_table
+    from jobs.storage.spark import get_spark
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-compare")
     rows = [m for ds in _ds_range(args) for m in compare_ds(spark, spec, ds)]
@@ -118,8 +120,8 @@ def cmd_compare(args) -> int:
 
 def cmd_generate(args) -> int:
     """Publish a workload to Kafka all at once (no simulated real time)."""
-    from jobs.kafka_broker import bootstrap_servers, create_topic
-    from jobs.workload import generate, load_workload, publish
+    from jobs.storage.kafka import bootstrap_servers, create_topic
+    from jobs.workload.generator import generate, load_workload, publish
 
     spec = _load_spec(args.spec)
     wl = generate(load_workload(args.workload), spec)
@@ -133,8 +135,8 @@ def cmd_generate(args) -> int:
 def cmd_recommend(args) -> int:
     from rich.console import Console
 
-    from jobs.recommend import recommend, save
-    from jobs.spark_session import get_spark
+    from jobs.accuracy.recommend import recommend, save
+    from jobs.storage.spark import get_spark
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-recommend")
     console = Console(width=max(140, Console().width))
@@ -160,8 +162,8 @@ def cmd_recommend(args) -> int:
 
 
 def cmd_attribute(args) -> int:
-    from jobs.attribution import attribute_misses
-    from jobs.spark_session import get_spark
+    from jobs.accuracy.attribution import attribute_misses
+    from jobs.storage.spark import get_spark
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-attribute")
     for ds in _ds_range(args):
@@ -172,8 +174,8 @@ def cmd_attribute(args) -> int:
 def cmd_report(args) -> int:
     from rich.progress import Progress
 
-    from jobs.accuracy_report import publish
-    from jobs.spark_session import get_spark
+    from jobs.report.assemble import publish
+    from jobs.storage.spark import get_spark
 
     spec, spark = _load_spec(args.spec), get_spark("joinshift-report")
     days = _ds_range(args)
@@ -187,25 +189,25 @@ def cmd_report(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from jobs import plan
+    from jobs.spec import plan
 
     return plan.main(["--deployed", args.deployed, "--proposed", args.proposed] + (["--json"] if args.json else []))
 
 
 def cmd_checkpoint(args) -> int:
-    from jobs import checkpoint
+    from jobs.operate import checkpoint
 
     return checkpoint.main([args.action, "--spec", args.spec] + (["--json"] if args.json else []))
 
 
 def cmd_replay(args) -> int:
-    from jobs import replay
+    from jobs.operate import replay
 
     return replay.main(["--spec", args.spec, "--cutover", args.cutover] + (["--dry-run"] if args.dry_run else []))
 
 
 def cmd_runbook(args) -> int:
-    from jobs import runbooks
+    from jobs.operate import runbooks
 
     try:
         text = runbooks.render(args.name, args.spec)
@@ -220,7 +222,7 @@ def cmd_runbook(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from jobs.demo import run_demo
+    from jobs.local.demo import run_demo
 
     return run_demo(spec_file=args.spec, workload_file=args.workload, slice_minutes=args.slice_minutes,
                     keep=args.keep, verbose=args.verbose)
@@ -280,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--variant", action="append", choices=("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed"))
     s = with_spec(cmd("stream", cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
+    s.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
     with_ds(with_spec(cmd("compare", cmd_compare, "match rates and boundary deltas per ds")))
 
     r = with_ds(with_spec(cmd("recommend", cmd_recommend,

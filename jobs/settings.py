@@ -87,3 +87,9 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
 def settings() -> Settings:
     """The process-wide settings (read once)."""
     return load_settings()
+
+
+def settings_env(s: Settings) -> dict[str, str]:
+    """``JOINSHIFT_*`` variables that make a child process resolve the same settings as ``s``."""
+    return {f"JOINSHIFT_{f.name.upper()}": v for f in dataclasses.fields(Settings)
+            if isinstance(v := getattr(s, f.name), str)}

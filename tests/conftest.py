@@ -33,7 +33,7 @@ os.environ.pop("JOINSHIFT_CONFIG", None)
 
 import logging  # noqa: E402
 
-from jobs.airflow_env import apply_airflow_env  # noqa: E402
+from jobs.local.airflow_env import apply_airflow_env  # noqa: E402
 
 apply_airflow_env()
 # py4j logs its shutdown after pytest closed the streams it captured
@@ -61,7 +61,7 @@ def test_settings():
 @pytest.fixture(scope="session")
 def spark(test_settings):
     """A small, fast local Spark with Delta, the Kafka connector and RocksDB state."""
-    from jobs.spark_session import get_spark
+    from jobs.storage.spark import get_spark
 
     session = get_spark("joinshift-tests", test_settings,
                         extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
@@ -72,7 +72,7 @@ def spark(test_settings):
 @pytest.fixture(scope="session")
 def kafka(test_settings):
     """A real Kafka broker (KRaft, one node, loopback) for the whole test session."""
-    from jobs.kafka_broker import EmbeddedKafka
+    from jobs.local.kafka_broker import EmbeddedKafka
 
     broker = EmbeddedKafka(test_settings)
     bootstrap = broker.start()

@@ -20,9 +20,10 @@ KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, spec, test_settings, test_root):
     from bench.chaos import chaos_run, isolated_spec, output_rows, publish_workload, reference_output
-    from jobs.kafka_broker import EmbeddedKafka
-    from jobs.supervisor import health_log, load_health_table, write_spec
-    from jobs.tables import Tables
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.operate.health import health_log, load_health_table
+    from jobs.spec import write_spec
+    from jobs.storage.tables import Tables
 
     name = "chaos"
     ch = isolated_spec(spec, name, max_offsets=20)  # ~15 micro-batches for 200 left / ~290 right events

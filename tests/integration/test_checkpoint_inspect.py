@@ -21,11 +21,11 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from jobs import checkpoint as ckpt
-from jobs.checkpoint import backup_checkpoint, inspect_checkpoint, validate_checkpoint
-from jobs.kafka_broker import create_topic
-from jobs.stream_join import start_streaming_join
-from jobs.tables import Tables
+from jobs.operate import checkpoint as ckpt
+from jobs.operate.checkpoint import backup_checkpoint, inspect_checkpoint, validate_checkpoint
+from jobs.storage.kafka import create_topic
+from jobs.steps.stream import start_streaming_join
+from jobs.storage.tables import Tables
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from jobs.kafka_broker import BrokerError, EmbeddedKafka, bootstrap_servers, create_topic, main
+from jobs.local.kafka_broker import BrokerError, EmbeddedKafka, main
+from jobs.storage.kafka import bootstrap_servers, create_topic
 from jobs.settings import Settings, settings
 
 THREE_DAYS_MS = 3 * 24 * 3600 * 1000

@@ -30,7 +30,7 @@ def _utc(d: date) -> datetime:
 def pipeline(spark, kafka, dagbag, spec, test_settings, test_root):
     """Run the DAGs once for the module; yield what the tests need."""
     from jobs.spec import load_spec  # noqa: F401  (spec fixture is the demo spec)
-    from jobs.workload import generate, parse_workload
+    from jobs.workload.generator import generate, parse_workload
 
     workload_file = test_root / "workload.yaml"
     workload_file.write_text(yaml.safe_dump(WORKLOAD))
@@ -77,7 +77,7 @@ def _expected_pairs(left: pd.DataFrame, right: pd.DataFrame, spec, right_days: i
 
 
 def test_landing_accounts_for_every_record(pipeline, spark, spec, test_settings):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     log = _read(spark, t.landing_log).toPandas()
@@ -99,7 +99,7 @@ def test_landing_accounts_for_every_record(pipeline, spark, spec, test_settings)
 @pytest.mark.parametrize("variant,right_days,windowed", [
     ("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)])
 def test_batch_variants_are_exact(pipeline, spark, spec, test_settings, variant, right_days, windowed):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     out = _read(spark, Tables.of(spec, test_settings).output(variant))
     expected, left = _expected_pairs(pipeline.left, pipeline.right, spec, right_days, windowed)
@@ -110,7 +110,7 @@ def test_batch_variants_are_exact(pipeline, spark, spec, test_settings, variant,
 
 
 def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, spec, test_settings):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     days = ", ".join(f"'{d}'" for d in DAYS)
@@ -120,10 +120,10 @@ def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, spec,
 
 
 def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pipeline, spark, spec, test_settings):
-    from jobs.attribution import WATERMARK_POLICIES, stream_view
-    from jobs.batch_join import join_events
-    from jobs.stream_join import JOIN_QUERY, read_progress
-    from jobs.tables import Tables
+    from jobs.accuracy.attribution import WATERMARK_POLICIES, stream_view
+    from jobs.join.conditions import join_events
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     progress = read_progress(t.progress_log(JOIN_QUERY))
@@ -154,8 +154,8 @@ def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pi
 
 
 def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, test_settings):
-    from jobs.compare import summary_rows
-    from jobs.tables import Tables
+    from jobs.accuracy.compare import summary_rows
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     metrics = [r.asDict() for r in _read(spark, t.match_metrics).collect()]
@@ -179,8 +179,8 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, 
 
 
 def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, spec, test_settings):
-    from jobs.attribution import attribute_misses
-    from jobs.tables import Tables
+    from jobs.accuracy.attribution import attribute_misses
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     for ds in DAYS:
@@ -204,7 +204,7 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
     import json
     from pathlib import Path
 
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     t = Tables.of(spec, test_settings)
     gates = {r.suite: r.success for r in _read(spark, t._t("quality_gates")).where(f"ds = '{DAYS[-1]}'").collect()}

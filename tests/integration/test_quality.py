@@ -32,26 +32,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from jobs import delta_io
-from jobs.batch_join import join_events
-from jobs.compare import METRIC_COLUMNS
-from jobs.quality import (
-    EXPECTATIONS_DIR,
-    KINDS,
-    GateFailed,
-    assert_gates,
-    build_suites,
-    gates_path,
-    load_suites,
-    run_gates,
-    suite_dict,
-    suites_out_of_sync,
-    validate_frame,
-    write_gate_results,
-    write_suites,
-)
+from jobs.storage import delta_io
+from jobs.join.conditions import join_events
+from jobs.accuracy.compare import METRIC_COLUMNS
+from jobs.quality.gates import (EXPECTATIONS_DIR, KINDS, GateFailed, assert_gates, build_suites, gates_path, load_suites, run_gates, suite_dict, suites_out_of_sync, validate_frame, write_gate_results, write_suites)
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinOptions, JoinType
-from jobs.tables import Tables
+from jobs.storage.tables import Tables
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ def _spec_for(spec, name, lower="-3h", upper="+30m"):
 
 
 def _rows(spark, spec, s):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
     return [(r.left_event_id, r.right_event_id, r.left_arrival_time) for r in
@@ -34,7 +34,7 @@ def _rows(spark, spec, s):
 
 
 def _run(spark, spec, kafka, s):
-    from jobs.stream_join import start_streaming_join
+    from jobs.steps.stream import start_streaming_join
 
     (q,) = start_streaming_join(spark, spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
     q.awaitTermination()
@@ -42,8 +42,8 @@ def _run(spark, spec, kafka, s):
 
 @pytest.fixture(scope="module")
 def topics(kafka, spec):
-    from jobs.kafka_broker import create_topic
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     deployed = _spec_for(spec, "replay")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5), spec)
@@ -56,7 +56,7 @@ def topics(kafka, spec):
 
 
 def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, spec, topics, test_settings, test_root):
-    from jobs.replay import replay
+    from jobs.operate.replay import replay
 
     deployed = topics
     changed = _spec_for(spec, "replay", lower="-1h")
@@ -78,7 +78,7 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, sp
 
 
 def test_replay_start_is_cutover_minus_span_minus_watermark(spec):
-    from jobs.replay import replay_start
+    from jobs.operate.replay import replay_start
 
     start = replay_start(spec, "right", CUTOVER)
     assert (CUTOVER - start).total_seconds() == spec.window.span_seconds + spec.right.watermark_seconds
@@ -87,7 +87,8 @@ def test_replay_start_is_cutover_minus_span_minus_watermark(spec):
 def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):
     from kafka import KafkaAdminClient, TopicPartition
 
-    from jobs.replay import RetentionGap, plan_replay
+    from jobs.storage.kafka import RetentionGap
+    from jobs.operate.replay import plan_replay
 
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:

@@ -25,7 +25,7 @@ def _state(dr) -> str:
 @pytest.fixture(scope="module")
 def pipeline(kafka, spec, test_root):
     from bench.chaos import isolated_spec, publish_workload
-    from jobs.supervisor import write_spec
+    from jobs.spec import write_spec
 
     name = "dagrestart"
     ps = isolated_spec(spec, name, max_offsets=200)
@@ -33,13 +33,13 @@ def pipeline(kafka, spec, test_root):
     publish_workload(spec, ps, kafka, left_events=200, seed=11)
     path = write_spec(ps, test_root / name / "spec.yaml")
     yield ps, path
-    from jobs.supervisor import stop_stream_process
+    from jobs.operate.process import stop_stream_process
 
     stop_stream_process(ps)
 
 
 def _pairs(spark, ps):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(ps).output("stream"))
     return [(r.left_event_id, r.right_event_id, r.left_arrival_time)
@@ -48,9 +48,11 @@ def _pairs(spark, ps):
 
 def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kafka, pipeline):
     from bench.chaos import _wait, delta_version
-    from jobs.kafka_broker import _pid_alive
-    from jobs.supervisor import StreamProcess, current_hold, health_log
-    from jobs.tables import Tables
+    from jobs.storage.processes import pid_alive
+    from jobs.operate.process import StreamProcess
+    from jobs.storage.hold import current_hold
+    from jobs.operate.health import health_log
+    from jobs.storage.tables import Tables
 
     ps, path = pipeline
     out = Tables.of(ps).output("stream")
@@ -60,7 +62,7 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert "success" in _state(dr)
     first = StreamProcess(path, ps)
     assert first.find(), "the supervised stream process runs on after the DAG run"
-    running = subprocess.run(["pgrep", "-f", f"jobs.stream_join --spec {path}"], capture_output=True, text=True)
+    running = subprocess.run(["pgrep", "-f", f"jobs.cli stream --spec {path}"], capture_output=True, text=True)
     assert len(running.stdout.split()) == 1, "every poke must adopt the one process, not start another"
     assert _wait(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
     states = {r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health"))
@@ -74,7 +76,7 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
 
     dr = dagbag.get_dag("joinshift_replay").test(run_conf={"spec": str(path), "cutover": CUTOVER})
     assert "success" in _state(dr)
-    assert not _pid_alive(first.pid), "the replay stops the supervised process"
+    assert not pid_alive(first.pid), "the replay stops the supervised process"
     assert current_hold(ps) is None, "the hold ends with the replay"
     cp = Path(Tables.of(ps).checkpoint("stream_join"))
     assert list(cp.parent.glob(f"{cp.name}.bak-*")), "the old checkpoint is kept"
@@ -96,14 +98,17 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
 
 
 def _drained(ps, bootstrap) -> bool:
-    from jobs.supervisor import health
+    from jobs.operate.health import health
 
     h = health(ps, bootstrap=bootstrap)
     return bool(h.lag) and all(v == 0 for v in h.lag.values())
 
 
 def test_a_hold_keeps_the_supervisor_from_starting_the_stream(spec, test_root):
-    from jobs.supervisor import StreamProcess, hold, supervise, write_spec
+    from jobs.operate.process import StreamProcess
+    from jobs.storage.hold import hold
+    from jobs.operate.supervisor import supervise
+    from jobs.spec import write_spec
 
     hs = spec.model_copy(update={"pipeline": "held"})
     path = write_spec(hs, test_root / "held" / "spec.yaml")
@@ -120,8 +125,8 @@ def test_a_stream_will_not_start_on_a_checkpoint_another_process_holds(spec, tes
     import json
     import os
 
-    from jobs.stream_join import start_streaming_join
-    from jobs.supervisor import hold_file
+    from jobs.steps.stream import start_streaming_join
+    from jobs.storage.hold import hold_file
 
     hs = spec.model_copy(update={"pipeline": "held_elsewhere"})
     f = hold_file(hs)
@@ -139,7 +144,7 @@ def _other_process_hold(hs):
     import json
     import os
 
-    from jobs.supervisor import hold, hold_file
+    from jobs.storage.hold import hold, hold_file
 
     f = hold_file(hs)
     mine = f.read_text()
@@ -155,8 +160,8 @@ def test_a_replay_dag_run_fails_at_the_retention_check_and_stops_nothing(dagbag,
     from kafka import KafkaAdminClient, TopicPartition
 
     from bench.chaos import isolated_spec, publish_workload
-    from jobs.supervisor import write_spec
-    from jobs.tables import Tables
+    from jobs.spec import write_spec
+    from jobs.storage.tables import Tables
 
     gs = isolated_spec(spec, "dagretention", max_offsets=200)
     publish_workload(spec, gs, kafka, left_events=100, seed=3)

@@ -32,9 +32,9 @@ def _run(argv: list[str]) -> int:
 def deployed(spark, kafka, spec, test_root):
     """A running pipeline's world: its spec file, data in Kafka, one stream increment, the
     landed days and their batch join."""
-    from jobs.kafka_broker import create_topic
-    from jobs.supervisor import write_spec
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import create_topic
+    from jobs.spec import write_spec
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     rb = spec.model_copy(update={
         "pipeline": NAME,
@@ -60,7 +60,7 @@ def deployed(spark, kafka, spec, test_root):
 
 
 def _commands(name: str, spec_file: str):
-    from jobs import runbooks
+    from jobs.operate import runbooks
 
     cmds = runbooks.commands(runbooks.render(name, spec_file))
     assert cmds, f"runbook {name} has no commands"
@@ -77,7 +77,7 @@ def _run_runbook(name: str, deployed) -> list[list[str]]:
 
 
 def _no_duplicate_output(spark, spec) -> int:
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     out = spark.read.format("delta").load(Tables.of(spec).output("stream"))
     assert out.groupBy("left_event_id", "right_event_id").count().where("count > 1").count() == 0
@@ -85,7 +85,7 @@ def _no_duplicate_output(spark, spec) -> int:
 
 
 def test_every_runbook_command_is_a_real_command_with_known_placeholders():
-    from jobs import runbooks
+    from jobs.operate import runbooks
     from jobs.cli import build_parser
 
     parser = build_parser()
@@ -103,7 +103,7 @@ def test_restart_after_crash(spark, deployed):
 
 
 def test_change_the_window(spark, deployed):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     ran = _run_runbook("change_the_window", deployed)
     assert any(a[0] == "plan" for a in ran) and any(a[0] == "replay" and "--dry-run" not in a for a in ran)
@@ -113,7 +113,7 @@ def test_change_the_window(spark, deployed):
 
 
 def test_recover_broken_checkpoint(spark, deployed):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     cp = Path(Tables.of(deployed["spec"]).checkpoint())
     last = max(int(p.name) for p in (cp / "offsets").iterdir() if p.name.isdigit())

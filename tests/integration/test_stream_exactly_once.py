@@ -30,7 +30,7 @@ def _isolated_spec(spec, name: str, cardinality: str):
 
 
 def _run(spark, spec, bootstrap, s, on_batch=None) -> None:
-    from jobs.stream_join import start_streaming_join
+    from jobs.steps.stream import start_streaming_join
 
     (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
                                 on_batch=on_batch)
@@ -38,7 +38,7 @@ def _run(spark, spec, bootstrap, s, on_batch=None) -> None:
 
 
 def _output(spark, spec, s):
-    from jobs.tables import Tables
+    from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
     return sorted(tuple(r) for r in df.select("left_event_id", "right_event_id").collect())
@@ -47,8 +47,8 @@ def _output(spark, spec, s):
 @pytest.mark.parametrize("cardinality", ["1-to-n", "1-to-1"])
 def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
         spark, kafka, spec, test_settings, test_root, cardinality):
-    from jobs.kafka_broker import create_topic
-    from jobs.workload import WorkloadParams, generate, publish
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import WorkloadParams, generate, publish
 
     name = "exactly_once_" + cardinality.replace("-", "")
     eo = _isolated_spec(spec, name, cardinality)

@@ -28,11 +28,13 @@ def _progress(spec, ends: dict[str, dict[int, int]], at: float) -> dict:
 
 
 def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(kafka, spec, test_settings):
-    from jobs.checkpoint import kafka_end_offsets
-    from jobs.kafka_broker import create_topic
-    from jobs.stream_join import JOIN_QUERY
-    from jobs.supervisor import StreamProcess, health, write_spec
-    from jobs.tables import Tables
+    from jobs.storage.kafka import end_offsets
+    from jobs.storage.kafka import create_topic
+    from jobs.storage.progress import JOIN_QUERY
+    from jobs.operate.process import StreamProcess
+    from jobs.operate.health import health
+    from jobs.spec import write_spec
+    from jobs.storage.tables import Tables
 
     name = "health"
     hs = spec.model_copy(update={"pipeline": name,
@@ -48,7 +50,7 @@ def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_st
     now = time.time()
     log = Tables.of(hs, test_settings).progress_log(JOIN_QUERY)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
-    Path(log).write_text(json.dumps(_progress(hs, kafka_end_offsets(kafka, [hs.left.topic, hs.right.topic]),
+    Path(log).write_text(json.dumps(_progress(hs, end_offsets(kafka, [hs.left.topic, hs.right.topic]),
                                               now - 2000)) + "\n")
 
     class Sleeper(StreamProcess):  # a real, live process standing in for the restarted job

@@ -133,7 +133,7 @@ def test_overview_shows_each_pipeline(client, reports_root):
 
     assert f'data-pipeline="{PIPELINE}"' in html and f"latest report <b>{NEWEST}</b>" in html
     # latest match rates of the four variants, as the report formats them
-    from jobs.report import fmt_pct
+    from jobs.report.render import fmt_pct
 
     latest = {r["variant"]: r["match_rate"] for r in data["match_rates"] if r["ds"] == NEWEST}
     assert set(latest) == {"batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream"}

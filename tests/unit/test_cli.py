@@ -69,7 +69,7 @@ def test_a_bad_cutover_names_the_argument():
 def test_a_cutover_without_a_zone_is_utc():
     from datetime import timezone
 
-    from jobs.replay import parse_cutover
+    from jobs.operate.replay import parse_cutover
 
     assert parse_cutover("2026-11-20T06:00:00").tzinfo == timezone.utc
     assert parse_cutover("2026-11-20T07:00:00+01:00") == parse_cutover("2026-11-20T06:00:00Z")

@@ -11,9 +11,9 @@ from datetime import date, datetime, timezone
 import pytest
 from pyspark.sql import functions as F
 
-from jobs.batch_join import join_events
+from jobs.join.conditions import join_events
 from jobs.spec import parse_spec
-from jobs.stream_join import join_streams
+from jobs.join.conditions import join_streams
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
 
@@ -174,7 +174,7 @@ def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late
 
 
 def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
-    from jobs.batch_join import missing_days, right_days
+    from jobs.join.variants import missing_days, right_days
 
     d = date(2026, 11, 20)
     assert right_days(make_spec(), "batch_1d_2d", d) == [date(2026, 11, 19), d, date(2026, 11, 21)]

@@ -9,20 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.plan import (
-    EXIT_FRESH,
-    EXIT_INVALID,
-    EXIT_OK,
-    FRESH,
-    NEEDS_FRESH,
-    NONE,
-    REPORT_ONLY,
-    REUSE,
-    REUSE_OK,
-    REUSE_WARN,
-    main,
-    plan,
-)
+from jobs.spec.plan import (EXIT_FRESH, EXIT_INVALID, EXIT_OK, FRESH, NEEDS_FRESH, NONE, REPORT_ONLY, REUSE, REUSE_OK, REUSE_WARN, main, plan)
 from jobs.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,7 +203,8 @@ def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path):
     """The stream job's start-up guard applies the plan to the spec its checkpoint was built with."""
     from datetime import timedelta
 
-    from jobs.stream_join import SPEC_RECORD, CheckpointSpecMismatch, guard_checkpoint_spec
+    from jobs.storage.checkpoints import SPEC_RECORD
+    from jobs.steps.stream import CheckpointSpecMismatch, guard_checkpoint_spec
 
     base = load_spec(SPEC_FILE)
     cp = tmp_path / "checkpoints" / "stream_join"

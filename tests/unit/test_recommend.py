@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.recommend import (Prediction, boundary_reasons, choose, lateness_behind_max, predict,
-                            watermark_delay_for)
+from jobs.accuracy.recommend import (Prediction, boundary_reasons, choose, lateness_behind_max, predict, watermark_delay_for)
 
 
 def test_lateness_is_measured_behind_the_running_max_event_time_in_arrival_order():

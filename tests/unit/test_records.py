@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from jobs.landing import land_records
-from jobs.records import good_events, quarantine_rows
+from jobs.steps.landing import land_records
+from jobs.join.records import good_events, quarantine_rows
 
 ARRIVAL = datetime(2026, 11, 20, 12, 0, 0, tzinfo=timezone.utc)
 RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"

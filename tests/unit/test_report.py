@@ -9,24 +9,8 @@ import re
 
 import pytest
 
-from jobs import report
-from jobs.report import (
-    PLOTS,
-    SECTIONS,
-    example_data,
-    fmt_bytes,
-    fmt_duration,
-    fmt_int,
-    fmt_pct,
-    fmt_pp,
-    fmt_timestamp,
-    fmt_window,
-    parse_window,
-    publish_report,
-    recommendation_sentence,
-    render_report,
-    write_latest_pointer,
-)
+from jobs.report import render as report
+from jobs.report.render import (PLOTS, SECTIONS, example_data, fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_pp, fmt_timestamp, fmt_window, parse_window, publish_report, recommendation_sentence, render_report, write_latest_pointer)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -151,7 +135,7 @@ def test_sections_show_their_numbers(rendered, data):
 
 
 def test_variant_order_matches_the_tables_module():
-    tables = pytest.importorskip("jobs.tables")
+    tables = pytest.importorskip("jobs.storage.tables")
     assert report.VARIANTS == tables.VARIANTS
     assert set(report.VARIANT_COLORS) == set(tables.VARIANTS)
 

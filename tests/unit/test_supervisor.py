@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobs.spec import load_spec
-from jobs.supervisor import PROGRESS_SCHEMA, progress_row
+from jobs.operate.health import PROGRESS_SCHEMA, progress_row
 
 SPEC = load_spec(Path(__file__).resolve().parents[2] / "include" / "specs" / "search_sessions.yaml")
 
@@ -50,7 +50,9 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
     import json
 
     from jobs.settings import Settings
-    from jobs.supervisor import StreamProcess, hold, supervise_step
+    from jobs.operate.process import StreamProcess
+    from jobs.storage.hold import hold
+    from jobs.operate.supervisor import supervise_step
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path))
     spec = SPEC.model_copy(update={"pipeline": "watched"})
@@ -84,9 +86,11 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path):
     import dataclasses
     import sys
 
-    from jobs.kafka_broker import _pid_alive
+    from jobs.storage.processes import pid_alive
     from jobs.settings import Settings
-    from jobs.supervisor import StreamProcess, stop_stream_process, supervise_step, write_spec
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.supervisor import supervise_step
+    from jobs.spec import write_spec
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
     spec = SPEC.model_copy(update={"pipeline": "poked"})
@@ -94,13 +98,13 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path):
 
     class Sleeper(StreamProcess):  # a live process standing in for the stream job
         def command(self):
-            return [sys.executable, "-c", "import time; time.sleep(60)", "jobs.stream_join", "--spec", self.spec_path]
+            return [sys.executable, "-c", "import time; time.sleep(60)", *STREAM_COMMAND, "--spec", self.spec_path]
 
     opts = {"spec_path": path, "watch_s": 3600, "on_alert": None, "bootstrap": "127.0.0.1:1"}
     try:
         _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
         first = report.pid
-        assert _pid_alive(first) and len(report.restarts) == 1
+        assert pid_alive(first) and len(report.restarts) == 1
         for _ in range(2):
             _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
         assert report.pid == first and len(report.restarts) == 1, report.restarts

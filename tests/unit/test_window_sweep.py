@@ -10,16 +10,8 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from jobs.batch_join import join_events
-from jobs.window_sweep import (
-    RESULT_COLUMNS,
-    GridError,
-    candidate_grid,
-    parse_grid,
-    right_read_days,
-    sweep,
-    sweep_ds,
-)
+from jobs.join.conditions import join_events
+from jobs.accuracy.sweep import (RESULT_COLUMNS, GridError, candidate_grid, parse_grid, right_read_days, sweep, sweep_ds)
 from jobs.spec import parse_spec
 
 H, M = 3600, 60
@@ -147,7 +139,7 @@ def test_right_days_same_neighbours_and_all_across_midnight(spark):
 
 
 def test_bit_ranges():
-    from jobs.window_sweep import _bits
+    from jobs.accuracy.sweep import _bits
 
     assert _bits(0, 0) == 1 and _bits(2, 4) == 0b11100 and _bits(0, 62) == 2**63 - 1
 
@@ -155,7 +147,7 @@ def test_bit_ranges():
 def test_cell_lookup_and_case_search_agree_with_bisect(spark):
     import bisect
 
-    from jobs.window_sweep import _US, _cell_of, _cell_tree
+    from jobs.accuracy.sweep import _US, _cell_of, _cell_tree
 
     points = [-2 * H, -30 * M, 0, 10 * M, H]            # gcd 10 min: lines that are not points too
     ds_ = sorted(({p * _US + e for p in points for e in (-1, 0, 1)} | {-H * _US, 25 * M * _US, 1})
@@ -327,8 +319,8 @@ def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, g
 
 
 def test_sweep_ds_reads_landed_tables_and_checks_right_partitions(spark, test_settings):
-    from jobs import delta_io
-    from jobs.tables import Tables
+    from jobs.storage import delta_io
+    from jobs.storage.tables import Tables
 
     spec = make_spec(pipeline="sweep_io")
     tables = Tables.of(spec, test_settings)

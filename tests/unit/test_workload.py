@@ -17,16 +17,7 @@ import pandas as pd
 import pytest
 
 from jobs.spec import JoinSpec, SpecError, UnknownFields, load_spec
-from jobs.workload import (
-    BAD_CLASSES,
-    RECORD_COLUMNS,
-    WorkloadParams,
-    generate,
-    iso_ms,
-    iter_slices,
-    load_workload,
-    parse_workload,
-)
+from jobs.workload.generator import (BAD_CLASSES, RECORD_COLUMNS, WorkloadParams, generate, iso_ms, iter_slices, load_workload, parse_workload)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_FILE = ROOT / "include" / "specs" / "search_sessions.yaml"

@@ -1,0 +1,150 @@
+"""Compare the four outputs per ds: match rates and window-boundary deltas.
+
+*Match rate* = matched left events ÷ all landed left events of the ds (paper §7.1).
+*Window-boundary deltas* (paper §6.5), per matched pair: how far the right event time is from
+the window's lower bound (``r.t − (l.t + lower)``) and from its upper bound
+(``(l.t + upper) − r.t``), in seconds; a p99 close to 0 on one side says "widen that side",
+a large one says "this side can shrink".
+
+Run one ds::
+
+    python -m jobs.compare --spec include/specs/search_sessions.yaml --ds 2026-11-20
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import date
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.storage import delta_io
+from jobs.join.columns import col_name
+from jobs.settings import Settings
+from jobs.spec import JoinSpec, load_spec
+from jobs.join.variants import VARIANTS
+from jobs.storage.tables import Tables
+
+#: Variants whose matches are bounded by the window, so boundary deltas mean something.
+WINDOWED_VARIANTS = ("batch_1d_windowed", "stream")
+PERCENTILES = (0.01, 0.5, 0.99)
+METRIC_COLUMNS = (
+    "ds", "variant", "left_events", "matched_left", "match_rate", "pairs",
+    "to_lower_p1", "to_lower_p50", "to_lower_p99", "to_upper_p1", "to_upper_p50", "to_upper_p99",
+)
+
+
+def boundary_deltas(pairs: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Matched pairs -> (ds, to_lower_s, to_upper_s): seconds from each window bound."""
+    lt = F.col(col_name("left", spec.left.event_time)).cast("double")
+    rt = F.col(col_name("right", spec.right.event_time)).cast("double")
+    return pairs.where(F.col(col_name("right", spec.right.id)).isNotNull()).select(
+        "ds",
+        (rt - (lt + spec.window.lower_seconds)).alias("to_lower_s"),
+        ((lt + spec.window.upper_seconds) - rt).alias("to_upper_s"),
+    )
+
+
+def variant_metrics(left_events: DataFrame, output: DataFrame, variant: str, spec: JoinSpec) -> DataFrame:
+    """Pure core: one variant's metric rows, one per ds of ``left_events``."""
+    left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
+    totals = left_events.groupBy("ds").agg(F.count("*").alias("left_events"))
+    matched = output.where(F.col(right_id).isNotNull()).groupBy("ds").agg(
+        F.countDistinct(left_id).alias("matched_left"), F.count("*").alias("pairs"))
+    m = totals.join(matched, "ds", "left").fillna(0, ["matched_left", "pairs"])
+    if variant in WINDOWED_VARIANTS:
+        d = boundary_deltas(output, spec).groupBy("ds").agg(*[
+            F.percentile(c, p).alias(f"{name}_p{int(p * 100)}")
+            for c, name in (("to_lower_s", "to_lower"), ("to_upper_s", "to_upper")) for p in PERCENTILES
+        ])
+        m = m.join(d, "ds", "left")
+    else:
+        for name in METRIC_COLUMNS[6:]:
+            m = m.withColumn(name, F.lit(None).cast("double"))
+    return m.select(
+        "ds", F.lit(variant).alias("variant"), "left_events", "matched_left",
+        (F.col("matched_left") / F.col("left_events")).alias("match_rate"), "pairs", *METRIC_COLUMNS[6:],
+    )
+
+
+def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[dict]:
+    """I/O shell: metrics for every variant whose output exists, written to the metrics table."""
+    tables = Tables.of(spec, s)
+    left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
+    frames = []
+    for variant in VARIANTS:
+        path = tables.output(variant)
+        if not delta_io.table_exists(spark, path):
+            continue
+        out = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds))
+        frames.append(variant_metrics(left, out, variant, spec))
+    if not frames:
+        raise RuntimeError(f"no join output exists yet for pipeline {spec.pipeline}; run the joins first")
+    metrics = frames[0]
+    for f in frames[1:]:
+        metrics = metrics.unionByName(f)
+    metrics = metrics.withColumn("computed_at", F.current_timestamp())
+    delta_io.replace_partitions(metrics, tables.match_metrics, {"ds": [ds]})
+    return [r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
+            .where(F.col("ds") == F.lit(ds)).orderBy("variant").collect()]
+
+
+def summary_rows(metrics: list[dict]) -> list[dict]:
+    """One row per ds: the four match rates, stream − windowed in pp, the stream's p99 deltas."""
+    by_ds: dict[date, dict] = {}
+    for m in metrics:
+        row = by_ds.setdefault(m["ds"], {"ds": m["ds"]})
+        row[m["variant"]] = m["match_rate"]
+        if m["variant"] in WINDOWED_VARIANTS:
+            row[f"{m['variant']}_to_lower_p99"] = m["to_lower_p99"]
+            row[f"{m['variant']}_to_upper_p99"] = m["to_upper_p99"]
+    for row in by_ds.values():
+        if row.get("stream") is not None and row.get("batch_1d_windowed") is not None:
+            row["stream_minus_windowed_pp"] = 100 * (row["stream"] - row["batch_1d_windowed"])
+    return [by_ds[d] for d in sorted(by_ds)]
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.2f}%"
+
+
+def _dur(v: float | None) -> str:
+    if v is None:
+        return "—"
+    v = float(v)
+    return f"{v / 60:.1f}m" if abs(v) >= 60 else f"{v:.0f}s"
+
+
+def render_table(metrics: list[dict]):
+    """The comparison as a rich Table (what the demo and ``joinshift compare`` print)."""
+    from rich.table import Table
+
+    t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
+    for h in ("ds", *VARIANTS, "stream-windowed(pp)", "p99 to lower", "p99 to upper"):
+        t.add_column(h, justify="right")
+    for r in summary_rows(metrics):
+        pp = r.get("stream_minus_windowed_pp")
+        t.add_row(str(r["ds"]), *(_pct(r.get(v)) for v in VARIANTS),
+                  "—" if pp is None else f"{pp:+.2f}",
+                  _dur(r.get("stream_to_lower_p99")), _dur(r.get("stream_to_upper_p99")))
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="join spec YAML")
+    p.add_argument("--ds", required=True, type=date.fromisoformat, action="append", help="YYYY-MM-DD (repeatable)")
+    args = p.parse_args(argv)
+    from rich.console import Console
+
+    from jobs.storage.spark import get_spark
+
+    spec, spark = load_spec(args.spec), get_spark("joinshift-compare")
+    rows = [m for ds in args.ds for m in compare_ds(spark, spec, ds)]
+    Console(width=max(140, Console().width)).print(render_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""What Airflow tasks call: one function per task, spec path and ds in, a small summary out.
+
+Each function opens (or reuses) the process's Spark session and returns JSON-friendly dicts,
+which Airflow keeps as XCom and shows in the UI. DAG files stay wiring only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import date, timedelta
+from pathlib import Path
+
+from jobs.settings import PROJECT_ROOT
+from jobs.spec import JoinSpec, load_spec
+
+log = logging.getLogger("joinshift.orchestration")
+
+#: Called with (slices done, slices total, slice end epoch ms) while a simulation runs in this
+#: process; the demo hangs its progress bar here.
+SLICE_LISTENERS: list = []
+
+
+def _utc(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def spec_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def _spec(path: str) -> JoinSpec:
+    return load_spec(spec_path(path))
+
+
+def _spark():
+    from jobs.storage.spark import get_spark
+
+    return get_spark("joinshift-airflow")
+
+
+def _ds(ds: str | date) -> date:
+    return ds if isinstance(ds, date) else date.fromisoformat(ds)
+
+
+def land(spec: str, ds: str, side: str) -> dict:
+    from jobs.steps.landing import land_ds
+
+    result = asdict(land_ds(_spark(), _spec(spec), side, _ds(ds)))
+    result["ds"] = str(result["ds"])
+    return result
+
+
+def batch_1d_2d_target(join_spec: JoinSpec, landed: date) -> date:
+    """The left ds whose ``batch_1d_2d`` becomes computable once ``landed`` has landed:
+    the day before when the window reaches into the next day (upper > 0), else the same day."""
+    return landed - timedelta(days=1) if join_spec.window.upper_seconds > 0 else landed
+
+
+def batch(spec: str, ds: str, variant: str) -> dict:
+    """Run one batch variant. ``batch_1d_2d`` runs for the ds its landed neighbour completes."""
+    from jobs.storage import delta_io
+    from jobs.steps.batch import run_variant
+    from jobs.storage.tables import Tables
+
+    join_spec, spark = _spec(spec), _spark()
+    target = _ds(ds) if variant != "batch_1d_2d" else batch_1d_2d_target(join_spec, _ds(ds))
+    left = spark.read.format("delta").load(Tables.of(join_spec).landed("left")) \
+        if delta_io.table_exists(spark, Tables.of(join_spec).landed("left")) else None
+    if left is None or left.where(f"ds = '{target}'").limit(1).count() == 0:
+        log.info("%s: no left events landed for ds=%s, nothing to join", variant, target)
+        return {"variant": variant, "ds": str(target), "rows": 0, "skipped": "no left partition"}
+    return {"variant": variant, "ds": str(target), "rows": run_variant(spark, join_spec, variant, target)}
+
+
+def stream_increment(spec: str) -> dict:
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.steps.stream import run_increment
+
+    return run_increment(_spark(), _spec(spec), bootstrap=bootstrap_servers())
+
+
+def inputs_ready(spec: str, ds: str) -> bool:
+    """Compare for ds may run once every batch variant for ds exists and the stream is done with
+    the day: its watermark passed ds's end plus the window's upper bound, or it has read all
+    that Kafka holds (a stream's matches are final once their records are read; only left-outer
+    nulls wait for the watermark, and they do not count as matches)."""
+    from jobs.steps.batch import ready_variants
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.steps.landing import ds_bounds_ms
+    from jobs.steps.stream import stream_lag, stream_watermark
+    from jobs.join.variants import BATCH_VARIANTS
+
+    join_spec, day = _spec(spec), _ds(ds)
+    if ready_variants(_spark(), join_spec, day) != list(BATCH_VARIANTS):
+        return False
+    wm = stream_watermark(join_spec)
+    _, end_ms = ds_bounds_ms(day, join_spec.timezone)
+    if wm is not None and wm >= end_ms + 1000 * join_spec.window.upper_seconds:
+        return True
+    lag = stream_lag(join_spec, bootstrap_servers())
+    log.info("stream watermark %s, lag %s records", wm, lag)
+    return lag == 0
+
+
+def compare(spec: str, ds: str) -> list[dict]:
+    from jobs.accuracy.compare import compare_ds
+
+    rows = compare_ds(_spark(), _spec(spec), _ds(ds))
+    return [{k: (str(v) if isinstance(v, date) else v) for k, v in r.items()} for r in rows]
+
+
+def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
+    """Generate the workload and replay it into Kafka as simulated real time, stream running."""
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.steps.simulate import simulate_live
+    from jobs.workload.generator import generate, load_workload
+
+    join_spec = _spec(spec)
+    wl = generate(load_workload(spec_path(workload)), join_spec)
+
+    def progress(done: int, total: int, end_ms: int) -> None:
+        for listener in SLICE_LISTENERS:
+            listener(done, total, end_ms)
+        if done == total or done % max(1, total // 10) == 0:
+            log.info("simulated real time: slice %d/%d (arrivals up to %s)", done, total, _utc(end_ms))
+
+    result = simulate_live(_spark(), join_spec, wl.records, bootstrap=bootstrap_servers(),
+                           slice_minutes=slice_minutes, on_slice=progress)
+    return asdict(result)
+
+
+def metrics_ready(spec: str, ds: str) -> bool:
+    """The report may run once compare wrote all four variants for ds."""
+    from pyspark.sql import functions as F
+
+    from jobs.storage import delta_io
+    from jobs.join.variants import VARIANTS
+    from jobs.storage.tables import Tables
+
+    join_spec, spark = _spec(spec), _spark()
+    path = Tables.of(join_spec).match_metrics
+    if not delta_io.table_exists(spark, path):
+        return False
+    got = {r[0] for r in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(_ds(ds)))
+           .select("variant").collect()}
+    return set(VARIANTS) <= got
+
+
+def quality_gates(spec: str, ds: str) -> list[dict]:
+    """Run the Great Expectations suites for ds, record them, fail the task if any gate failed."""
+    from jobs.quality.gates import assert_gates, run_gates, write_gate_results
+
+    join_spec, spark = _spec(spec), _spark()
+    results = run_gates(spark, join_spec, _ds(ds))
+    write_gate_results(spark, join_spec, _ds(ds), results)
+    assert_gates(results)
+    return [r.to_dict() if hasattr(r, "to_dict") else r.__dict__ for r in results]
+
+
+def report(spec: str, ds: str) -> dict:
+    """Build and publish the day's accuracy report (and the window recommendation)."""
+    from jobs.report.assemble import publish
+
+    files = publish(_spark(), _spec(spec), _ds(ds))
+    return {"html": str(files.html), "status": files.status, "unavailable": list(files.unavailable)}
+
+
+def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
+    """One poke of the supervision sensor: adopt or start the continuous stream process, check
+    it, restart it on exit or stall (backoff kept across pokes). Raises (so Airflow's failure
+    callback alerts) when it gave up restarting or both streams are behind. Returns (the watch
+    is over, a summary for XCom)."""
+    from jobs.operate.supervisor import log_alert, supervise_step
+
+    path = spec_path(spec)
+    done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
+    if report.gave_up or (report.last or {}).get("state") == "backlogged":  # this poke's state
+        raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
+    return done, {"checks": report.checks, "restarts": len(report.restarts), "states": report.states,
+                  "last": report.last, "pid": report.pid}
+
+
+def load_health(spec: str) -> dict:
+    """Copy the supervisor's health samples and the join's per-micro-batch progress into the
+    `stream_health` and `stream_progress` Delta tables (idempotent)."""
+    from jobs.operate.health import load_health_table, load_progress_table
+
+    join_spec, spark = _spec(spec), _spark()
+    return {"health_samples": load_health_table(spark, join_spec),
+            "micro_batches": load_progress_table(spark, join_spec)}
+
+
+def _cutover(cutover: str):
+    from jobs.operate.replay import parse_cutover
+
+    return parse_cutover(cutover)
+
+
+def replay_plan(spec: str, cutover: str) -> dict:
+    """Where each stream's replay starts; fails naming the gap when Kafka no longer retains it."""
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.operate.replay import plan_replay
+
+    return asdict(plan_replay(_spec(spec), _cutover(cutover), bootstrap_servers()))
+
+
+def replay(spec: str, cutover: str) -> dict:
+    """Rebuild the window into a fresh checkpoint (the old one kept) and own the output from cutover."""
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.operate.replay import replay as run
+
+    return asdict(run(_spark(), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))

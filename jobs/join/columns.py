@@ -1,0 +1,38 @@
+"""Column names of the join: what landing adds to every event, and the prefixed output columns.
+
+Every variant (the three batch baselines and the stream) writes rows of one shape:
+``ds``, then ``left_<column>`` and ``right_<column>`` for each side's schema and Kafka position.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.spec import JoinSpec
+
+#: Columns the landing job adds to every landed row (names start with "_" to stay clear of payloads).
+ARRIVAL_TIME, PARTITION, OFFSET = "_arrival_time", "_partition", "_offset"
+
+
+def col_name(side: str, column: str) -> str:
+    """Output column of a side's column: ``left_event_time``, ``right_arrival_time``, ..."""
+    return f"{side}_{column.lstrip('_')}"
+
+
+def side_columns(spec: JoinSpec, side: str) -> list[str]:
+    """The columns each side contributes to join output, before prefixing."""
+    return [*spec.side(side).schema_, ARRIVAL_TIME, PARTITION, OFFSET]
+
+
+def output_columns(spec: JoinSpec) -> list[str]:
+    return ["ds", *(col_name("left", c) for c in side_columns(spec, "left")),
+            *(col_name("right", c) for c in side_columns(spec, "right"))]
+
+
+def prefixed(events: DataFrame, spec: JoinSpec, side: str) -> DataFrame:
+    """A side's events with prefixed columns (left keeps ``ds``: output is partitioned by it)."""
+    cols = [F.col(c).alias(col_name(side, c)) for c in side_columns(spec, side)]
+    if side == "left":
+        cols.append(F.col("ds"))
+    return events.select(*cols)

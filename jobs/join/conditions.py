@@ -1,0 +1,88 @@
+"""The join's semantics, shared by every variant: key and window conditions, first-arrived
+(1-to-1), and the two cores (batch and stream), pure DataFrame -> DataFrame.
+
+``l.key = r.key AND r.t BETWEEN l.t + lower AND l.t + upper``, bounds inclusive (paper §3).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, prefixed
+from jobs.spec import Cardinality, JoinSpec, JoinType
+
+
+def key_condition(spec: JoinSpec) -> Column:
+    pairs = [F.col(col_name("left", lk)) == F.col(col_name("right", rk))
+             for lk, rk in zip(spec.left.key, spec.right.key)]
+    cond = pairs[0]
+    for c in pairs[1:]:
+        cond = cond & c
+    return cond
+
+
+def window_condition(spec: JoinSpec) -> Column:
+    """``right.t BETWEEN left.t + lower AND left.t + upper``, bounds inclusive (paper §3)."""
+    lt = F.col(col_name("left", spec.left.event_time))
+    rt = F.col(col_name("right", spec.right.event_time))
+    lower = F.expr(f"INTERVAL {spec.window.lower_seconds} SECONDS")
+    upper = F.expr(f"INTERVAL {spec.window.upper_seconds} SECONDS")
+    return (rt >= lt + lower) & (rt <= lt + upper)
+
+
+def first_arrived(pairs: DataFrame, spec: JoinSpec) -> DataFrame:
+    """1-to-1: per left event, the matching right event that arrived first (then partition, offset)."""
+    left_id = col_name("left", spec.left.id)
+    order = Window.partitionBy(left_id).orderBy(
+        F.col(col_name("right", ARRIVAL_TIME)).asc_nulls_last(),
+        F.col(col_name("right", PARTITION)).asc_nulls_last(),
+        F.col(col_name("right", OFFSET)).asc_nulls_last(),
+    )
+    return pairs.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
+
+def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: bool) -> DataFrame:
+    """Join typed left and right events (landed-table shape) with the spec's join type and cardinality.
+
+    Example::
+
+        out = join_events(left_ds, right_ds, spec, windowed=True)   # batch_1d_windowed
+    """
+    cond = key_condition(spec)
+    if windowed:
+        cond = cond & window_condition(spec)
+    how = "left" if spec.join.type == JoinType.left_outer else "inner"
+    pairs = prefixed(left, spec, "left").join(prefixed(right, spec, "right"), cond, how)
+    if spec.join.cardinality == Cardinality.one_to_one:
+        pairs = first_arrived(pairs, spec)
+    return pairs.select(*output_columns(spec))
+
+
+def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Typed left/right event streams -> output rows (same columns as the batch variants).
+
+    Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
+    """
+    lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
+    lw = (prefixed(left, spec, "left").withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
+          .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)]))
+    rw = (prefixed(right, spec, "right").withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
+          .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)]))
+    how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
+    return lw.join(rw, key_condition(spec) & window_condition(spec), how).select(*output_columns(spec))
+
+
+def output_keys(spec: JoinSpec) -> list[str]:
+    """What makes an output row unique: the pair, or the left event alone for 1-to-1."""
+    left_id = col_name("left", spec.left.id)
+    if spec.join.cardinality == Cardinality.one_to_one:
+        return [left_id]
+    return [left_id, col_name("right", spec.right.id)]
+
+
+def select_batch_rows(batch: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Within one micro-batch, 1-to-1 keeps each left event's first-arrived match."""
+    if spec.join.cardinality == Cardinality.one_to_one:
+        return first_arrived(batch, spec)
+    return batch

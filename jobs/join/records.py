@@ -1,0 +1,163 @@
+"""Parse raw Kafka records into typed events, and say exactly why a record is bad.
+
+Pure DataFrame -> DataFrame functions shared by the landing job (batch) and the streaming join,
+so both paths accept and reject exactly the same records. Bad records are never dropped: they
+carry a ``_reason`` (and ``_detail``) and go to the quarantine table with their raw payload.
+
+Reason codes (first failing check wins):
+
+==========================  ==========================================================
+``malformed_json``          the value is not a JSON object
+``null_id``                 the event id is missing or null
+``null_key``                a join-key column is missing or null
+``bad_event_time``          the event time is missing or not an ISO-8601 timestamp
+``bad_type``                a schema column does not parse as its type (``_detail`` names it)
+``unexpected_field``        a JSON field not in the schema (``unknown_fields: quarantine``)
+``event_time_too_old``      event time earlier than arrival − ``timestamp_validity.max_past``
+``event_time_in_future``    event time later than arrival + ``timestamp_validity.max_future``
+``duplicate_event_id``      an earlier-arrived record had the same event id (landing only)
+==========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION
+from jobs.spec import SCHEMA_TYPES, JoinSpec, StreamSpec, UnknownFields
+
+REASONS = (
+    "malformed_json",
+    "null_id",
+    "null_key",
+    "bad_event_time",
+    "bad_type",
+    "unexpected_field",
+    "event_time_too_old",
+    "event_time_in_future",
+    "duplicate_event_id",
+)
+
+QUARANTINE_COLUMNS = (
+    "stage", "stream", "topic", "partition", "offset", "arrival_time",
+    "ds", "reason", "detail", "raw_key", "raw_value",
+)
+
+
+def arrival_ds(ts: Column, timezone: str) -> Column:
+    """The Hive partition a record lands in: its arrival date in the spec's zone."""
+    return F.to_date(F.from_utc_timestamp(ts, timezone))
+
+
+def _typed(raw: Column, typ: str) -> Column:
+    if typ == "string":
+        return raw
+    return raw.try_cast(SCHEMA_TYPES[typ])
+
+
+def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFrame:
+    """Kafka rows (key, value, topic, partition, offset, timestamp) -> typed rows + ``_reason``.
+
+    Good rows have ``_reason`` null. Works on batch and streaming DataFrames alike.
+    """
+    fields = F.from_json(F.col("value").cast("string"), "map<string,string>")
+    df = raw.select(
+        F.col("key").cast("string").alias("_raw_key"),
+        F.col("value").cast("string").alias("_raw_value"),
+        F.col("topic").alias("_topic"),
+        F.col("partition").alias(PARTITION),
+        F.col("offset").alias(OFFSET),
+        F.col("timestamp").alias(ARRIVAL_TIME),
+        fields.alias("_fields"),
+    )
+    schema = stream.schema_
+    typed = {c: _typed(F.col("_fields").getItem(c), t) for c, t in schema.items()}
+    df = df.select("*", *[typed[c].alias(c) for c in schema])
+
+    raw_of = {c: F.col("_fields").getItem(c) for c in schema}
+    bad_type_cols = [
+        F.when(raw_of[c].isNotNull() & F.col(c).isNull(), F.lit(c))
+        for c in schema
+        if c not in (stream.event_time, stream.id, *stream.key) and schema[c] != "string"
+    ]
+    bad_type_detail = F.concat_ws(",", *bad_type_cols) if bad_type_cols else F.lit("")
+    unknown = F.array_except(F.map_keys("_fields"), F.array(*[F.lit(c) for c in schema]))
+    validity = spec.timestamp_validity
+    et, arrival = F.col(stream.event_time), F.col(ARRIVAL_TIME)
+
+    checks: list[tuple[Column, str, Column]] = [
+        (F.col("_fields").isNull(), "malformed_json", F.lit(None)),
+        (F.col(stream.id).isNull(), "null_id", F.lit(stream.id)),
+        (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key",
+         F.lit(",".join(stream.key))),
+        (et.isNull(), "bad_event_time", raw_of[stream.event_time]),
+        (bad_type_detail != "", "bad_type", bad_type_detail),
+    ]
+    if spec.unknown_fields == UnknownFields.quarantine:
+        checks.append((F.size(unknown) > 0, "unexpected_field", F.array_join(unknown, ",")))
+    checks += [
+        (et < arrival - F.expr(f"INTERVAL {int(validity.max_past.total_seconds())} SECONDS"),
+         "event_time_too_old", et.cast("string")),
+        (et > arrival + F.expr(f"INTERVAL {int(validity.max_future.total_seconds())} SECONDS"),
+         "event_time_in_future", et.cast("string")),
+    ]
+    reason: Column = F.lit(None).cast("string")
+    detail: Column = F.lit(None).cast("string")
+    for cond, code, det in reversed(checks):
+        reason = F.when(cond, F.lit(code)).otherwise(reason)
+        detail = F.when(cond, det.cast("string")).otherwise(detail)
+    return (
+        df.withColumn("_reason", reason)
+        .withColumn("_detail", detail)
+        .withColumn("ds", arrival_ds(F.col(ARRIVAL_TIME), spec.timezone))
+        .drop("_fields")
+    )
+
+
+def good_events(parsed: DataFrame, stream: StreamSpec) -> DataFrame:
+    """The typed events of a parsed frame: schema columns, arrival, Kafka position, ds."""
+    return parsed.where(F.col("_reason").isNull()).select(
+        *stream.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds"
+    )
+
+
+def quarantine_rows(parsed: DataFrame, stream: StreamSpec, stage: str) -> DataFrame:
+    """The bad records of a parsed frame in the quarantine table's shape."""
+    return parsed.where(F.col("_reason").isNotNull()).select(
+        F.lit(stage).alias("stage"),
+        F.lit(stream.name).alias("stream"),
+        F.col("_topic").alias("topic"),
+        F.col(PARTITION).alias("partition"),
+        F.col(OFFSET).alias("offset"),
+        F.col(ARRIVAL_TIME).alias("arrival_time"),
+        "ds",
+        F.col("_reason").alias("reason"),
+        F.col("_detail").alias("detail"),
+        F.col("_raw_key").alias("raw_key"),
+        F.col("_raw_value").alias("raw_value"),
+    )
+
+
+def mark_duplicates(parsed: DataFrame, stream: StreamSpec, seen_ids: DataFrame | None = None) -> DataFrame:
+    """Batch only: flag every record whose event id arrived before (in this frame or in ``seen_ids``).
+
+    The first arrival (by arrival time, then partition, then offset) stays good, so a re-sent
+    record never doubles a match and never vanishes: it is quarantined as ``duplicate_event_id``.
+    """
+    from pyspark.sql import Window
+
+    good = F.col("_reason").isNull()
+    order = Window.partitionBy(stream.id, good).orderBy(ARRIVAL_TIME, PARTITION, OFFSET)
+    rank = F.when(good, F.row_number().over(order))
+    df = parsed.withColumn("_dup_rank", rank)
+    dup = good & (F.col("_dup_rank") > 1)
+    if seen_ids is not None:
+        seen = seen_ids.select(F.col(stream.id).alias("_seen_id")).distinct()
+        df = df.join(seen, F.col(stream.id) == F.col("_seen_id"), "left")
+        dup = dup | (good & F.col("_seen_id").isNotNull())
+    return (
+        df.withColumn("_detail", F.when(dup, F.col(stream.id)).otherwise(F.col("_detail")))
+        .withColumn("_reason", F.when(dup, F.lit("duplicate_event_id")).otherwise(F.col("_reason")))
+        .drop("_dup_rank", *(["_seen_id"] if seen_ids is not None else []))
+    )

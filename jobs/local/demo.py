@@ -1,0 +1,194 @@
+"""The main job: two generated days of search sessions through batch and streaming, side by side.
+
+1. start the embedded Kafka broker (KRaft, loopback) unless JOINSHIFT_KAFKA_BOOTSTRAP points elsewhere;
+2. ``joinshift_simulate``: generate the workload and publish it slice by slice while the
+   streaming join runs (simulated real time);
+3. ``joinshift_daily`` for every arrival day: land both topics, run the three batch baselines;
+4. ``joinshift_compare`` for every generated day;
+5. print match rates and boundary deltas, and where the tables and logs are.
+
+Every DAG runs through Airflow (``dag.test()`` against the local SQLite metadata DB), in this
+process, so the Spark session is shared and the demo fits a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jobs.local.airflow_env import apply_airflow_env
+from jobs.settings import PROJECT_ROOT, settings
+
+console = Console(width=max(140, Console().width))
+
+
+def _ensure_airflow_db(env: dict) -> None:
+    db = Path(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))
+    if not db.exists():
+        console.print("[dim]initialising the Airflow metadata DB[/dim]")
+        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def _reset(spec, s, bootstrap: str) -> None:
+    """Start clean: the pipeline's topics, tables, checkpoints and progress logs."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="joinshift-demo")
+    try:
+        existing = set(admin.list_topics())
+        doomed = [t for t in (spec.left.topic, spec.right.topic) if t in existing]
+        if doomed:
+            admin.delete_topics(doomed)
+            for _ in range(100):
+                if not set(admin.list_topics()) & set(doomed):
+                    break
+                time.sleep(0.2)
+    finally:
+        admin.close()
+    for part in ("tables", "checkpoints", "progress"):
+        shutil.rmtree(Path(s.path(part, spec.pipeline)), ignore_errors=True)
+
+
+def _quiet_logs() -> None:
+    for name in ("airflow", "sqlalchemy", "kafka", "py4j", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False,
+             verbose: bool = False) -> int:
+    import os
+
+    if not verbose:  # Airflow's per-task logs only with -v: the progress bars say what runs
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    env = apply_airflow_env()
+    _quiet_logs()
+    _ensure_airflow_db(env)
+    from jobs import airflow_tasks
+    from jobs.spec import spec_path
+    from jobs.spec import load_spec
+    from jobs.workload.generator import load_workload
+
+    s = settings()
+    spec = load_spec(spec_path(spec_file))
+    params = load_workload(spec_path(workload_file))
+    days = [params.start_date + timedelta(days=i) for i in range(params.days)]
+    # late arrivals spill past the last generated day: land that day too
+    arrival_days = [*days, days[-1] + timedelta(days=1)]
+    started = time.monotonic()
+    console.rule(f"[bold]joinshift demo[/bold] · pipeline [cyan]{spec.pipeline}[/cyan] · window {spec.window.label()}")
+
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.storage.kafka import bootstrap_servers
+
+    if s.kafka_bootstrap:
+        bootstrap = s.kafka_bootstrap
+        console.print(f"Kafka: external broker {bootstrap}")
+    else:
+        with console.status("starting the embedded Kafka broker"):
+            bootstrap = EmbeddedKafka(s).start()
+        console.print(f"Kafka: embedded broker on {bootstrap} (data in {s.kafka_home})")
+    if not keep:
+        _reset(spec, s, bootstrap_servers(s))
+
+    with console.status("starting Spark and loading the DAGs"):
+        _quiet_logs()
+        from airflow.dag_processing.dagbag import DagBag
+
+        from jobs.storage.spark import get_spark
+
+        get_spark("joinshift-demo")
+        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+        if bag.import_errors:
+            console.print(f"[red]DAG import errors:[/red] {bag.import_errors}")
+            return 1
+        _quiet_logs()
+    conf = {"spec": spec_file}
+
+    def run_dag(dag_id: str, logical: date | None, run_conf: dict, must_succeed: bool = True) -> bool:
+        dag = bag.get_dag(dag_id)
+        when = datetime.combine(logical, datetime.min.time(), timezone.utc) if logical else None
+        run = dag.test(logical_date=when, run_conf=run_conf)
+        state = str(getattr(run, "state", "")).lower()
+        if "success" not in state and must_succeed:
+            raise SystemExit(f"DAG {dag_id} ({logical}) ended {state}; see the task log above")
+        return "success" in state
+
+    console.print(f"[bold]1/4[/bold] simulated real time: {params.days} days of arrivals, "
+                  f"{slice_minutes}-minute slices, streaming join running ([cyan]joinshift_simulate[/cyan])")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        task_id = progress.add_task("stream ⟵ publishing", total=None)
+
+        def on_slice(done: int, total: int, end_ms: int) -> None:
+            label = datetime.fromtimestamp(end_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+            progress.update(task_id, completed=done, total=total, description=f"stream ⟵ arrivals to {label}")
+
+        airflow_tasks.SLICE_LISTENERS.append(on_slice)
+        try:
+            run_dag("joinshift_simulate", None, {**conf, "workload": workload_file, "slice_minutes": slice_minutes})
+        finally:
+            airflow_tasks.SLICE_LISTENERS.remove(on_slice)
+
+    console.print(f"[bold]2/4[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
+                  f"for {', '.join(map(str, arrival_days))}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        t = progress.add_task("batch", total=len(arrival_days))
+        for ds in arrival_days:
+            progress.update(t, description=f"batch ds={ds}")
+            run_dag("joinshift_daily", ds, conf)
+            progress.advance(t)
+
+    console.print(f"[bold]3/4[/bold] compare ([cyan]joinshift_compare[/cyan]) for {', '.join(map(str, days))}")
+    for ds in days:
+        with console.status(f"compare ds={ds}"):
+            run_dag("joinshift_compare", ds, conf)
+
+    console.print(f"[bold]4/4[/bold] quality gates, accuracy report and window recommendation "
+                  f"([cyan]joinshift_report[/cyan]) for {', '.join(map(str, days))}")
+    gates_ok = True
+    for ds in days:
+        with console.status(f"report ds={ds}"):
+            gates_ok &= run_dag("joinshift_report", ds, conf, must_succeed=False)
+
+    from jobs.accuracy.compare import render_table
+    from jobs.storage.tables import Tables
+
+    tables = Tables.of(spec, s)
+    spark = get_spark()
+    metrics_df = spark.read.format("delta").load(tables.match_metrics)
+    metrics = [r.asDict() for r in metrics_df.where(metrics_df.ds.isin(days)).collect()]
+    console.print(render_table(metrics))
+    q = spark.read.format("delta").load(tables.quarantine).where("stage = 'landing'") \
+        .groupBy("reason").count().orderBy("reason").collect()
+    console.print("quarantined at landing: " + ", ".join(f"{r['reason']} {r['count']}" for r in q))
+    rec_file = Path(s.path("recommendations", spec.pipeline)) / f"{days[-1]}.json"
+    if rec_file.exists():
+        import json
+
+        from jobs.report.render import fmt_duration
+
+        rec = json.loads(rec_file.read_text())
+        c = rec["chosen"]
+        console.print(f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
+                      f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
+                      f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / right {fmt_duration(rec['right_watermark_s'])}")
+    if not gates_ok:
+        console.print("[red]a quality gate failed: see the report[/red]")
+    reports = Path(s.path("reports", spec.pipeline))
+    console.print(f"\nDone in {time.monotonic() - started:.0f}s.")
+    console.print(f"  report:      {reports / str(days[-1]) / 'report.html'} (all days: {reports / 'index.html'})")
+    console.print(f"  tables:      {Path(s.path('tables', spec.pipeline))}")
+    console.print(f"  checkpoints: {Path(s.path('checkpoints', spec.pipeline))}")
+    console.print(f"  logs:        {Path(s.log_dir)} (Kafka), {env['AIRFLOW__LOGGING__BASE_LOG_FOLDER']} (Airflow)")
+    console.print("  Airflow UI:  `make airflow-ui`, then http://localhost:8080 (admin / see README)")
+    return 0

@@ -1,0 +1,163 @@
+"""The continuous join of one pipeline as its own OS process: start, adopt by pid file, stop.
+
+The process is ``joinshift stream --spec SPEC`` (``python -m jobs.cli stream``) in its own session,
+so killing its process group takes its Spark JVM along; a pid file under
+``<storage_root>/supervisor/<pipeline>/stream.pid`` lets the next supervisor (the next Airflow
+run) find the process the previous one started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jobs.settings import PROJECT_ROOT, Settings, settings, settings_env
+from jobs.spec import JoinSpec, load_spec
+from jobs.storage.hold import supervisor_dir
+from jobs.storage.processes import cmdline, pid_alive
+
+log = logging.getLogger("joinshift.supervisor")
+
+#: What identifies a stream process on its command line (with its spec path).
+STREAM_COMMAND = ("-m", "jobs.cli", "stream")
+
+
+def _is_stream_process(pid: int | None, spec_path: str | None = None) -> bool:
+    cmd = cmdline(pid) if isinstance(pid, int) and pid_alive(pid) else ""
+    return " ".join(STREAM_COMMAND) in cmd and (spec_path is None or spec_path in cmd)
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """Stop the pipeline's supervised stream process, whatever spec file it was started with
+    (found by its pid file); returns the pid stopped, or None if none ran."""
+    try:
+        rec = json.loads((supervisor_dir(spec, s) / "stream.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = rec.get("pid")
+    if not _is_stream_process(pid):
+        return None
+    proc = StreamProcess(rec["cmd"][rec["cmd"].index("--spec") + 1], spec, s)
+    proc.pid, proc.started_at = pid, rec.get("started_at")
+    proc.stop()
+    log.info("stopped stream process %s of %s", pid, spec.pipeline)
+    return pid
+
+
+# ------------------------------------------------------------------ the stream process
+
+class StreamProcess:
+    """The continuous join of one pipeline as a separate, detached process.
+
+    ``start()`` spawns ``python -m jobs.cli stream --spec SPEC --trigger-interval T`` in its own
+    session (so killing it takes its Spark JVM along: the whole process group), with the
+    environment inherited plus ``JOINSHIFT_*`` for ``s``, output appended to
+    ``<log_dir>/stream_join_<pipeline>.log``; a pid file records it for later supervisors.
+    """
+
+    def __init__(self, spec_path: str | Path, spec: JoinSpec | None = None, s: Settings | None = None, *,
+                 trigger_interval: str | None = None, env: dict[str, str] | None = None):
+        self.spec_path = str(Path(spec_path).resolve())
+        self.spec = spec or load_spec(self.spec_path)
+        self.s = s or settings()
+        self.trigger_interval = trigger_interval
+        self.extra_env = env or {}
+        self.dir = supervisor_dir(self.spec, self.s)
+        self.pid_file = self.dir / "stream.pid"
+        self.log_file = Path(self.s.log_dir) / f"stream_join_{self.spec.pipeline}.log"
+        self._proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.started_at: float | None = None
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, *STREAM_COMMAND, "--spec", self.spec_path]
+        if self.trigger_interval:
+            cmd += ["--trigger-interval", self.trigger_interval]
+        return cmd
+
+    def _record(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def find(self) -> bool:
+        """Adopt the process a previous supervisor started (pid file), if it still runs."""
+        rec = self._record()
+        pid = rec.get("pid")
+        if _is_stream_process(pid, self.spec_path):
+            self.pid, self.started_at = pid, rec.get("started_at")
+            return True
+        return False
+
+    def start(self) -> int:
+        if self.alive():
+            return self.pid  # type: ignore[return-value]
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.s), **self.extra_env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+        with open(self.log_file, "ab") as out:
+            out.write(f"\n=== {_stamp()} start: {' '.join(self.command())}\n".encode())
+            out.flush()
+            self._proc = subprocess.Popen(self.command(), cwd=str(PROJECT_ROOT), env=env, stdout=out,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+        self.pid, self.started_at = self._proc.pid, time.time()
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": self.pid, "started_at": self.started_at, "cmd": self.command(),
+                                   "log": str(self.log_file)}) + "\n")
+        tmp.replace(self.pid_file)
+        log.info("started stream process %s for %s (log %s)", self.pid, self.spec.pipeline, self.log_file)
+        return self.pid
+
+    def alive(self) -> bool:
+        if self._proc is not None and self._proc.pid == self.pid:
+            return self._proc.poll() is None
+        return pid_alive(self.pid)
+
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc is not None and self._proc.pid == self.pid else None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (the Python driver and its Spark JVM)."""
+        if self.pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+        if sig == signal.SIGKILL:
+            self._reap(5)
+
+    def _reap(self, timeout: float) -> bool:
+        end = time.time() + timeout
+        while time.time() < end:
+            if not self.alive():
+                return True
+            time.sleep(0.1)
+        return not self.alive()
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time; removes the pid file."""
+        if self.pid is not None and self.alive():
+            self.kill(signal.SIGTERM)
+            if not self._reap(timeout):
+                self.kill(signal.SIGKILL)
+        if self.pid is not None:  # the JVM may outlive its Python parent for a moment
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError):
+            if self._record().get("pid") == self.pid:
+                self.pid_file.unlink()

@@ -1,0 +1,615 @@
+"""Data-quality gates: Great Expectations 1.x suites over the landed streams, the join output and
+the stream's accuracy, one ds at a time.
+
+Four suites per spec (``build_suites(spec)``, keyed by kind):
+
+``raw_left`` / ``raw_right`` (a landed table, the ds partition)
+    every expected column is there (schema + ``_arrival_time``, ``_partition``, ``_offset``,
+    ``ds``); schema columns, ``_arrival_time`` and ``ds`` have the spec's types; key columns,
+    the id and the event time are non-null; the id is unique within the ds; the event time is
+    within ``timestamp_validity`` of the arrival time; ``ds`` is the arrival date in the spec's
+    zone.
+``join_output`` (the stream's output, the ds partition; any variant with ``output_variant=``)
+    exactly the output columns; left id non-null; no duplicate (left id, right id) pair;
+    1-to-1: the left id is unique; left outer: where the right id is null every other right
+    column is null too (a row condition per column, so a failure names the column);
+    inner: the right id is never null.
+``accuracy`` (one row built from the ``match_metrics`` rows of the ds)
+    stream match rate − baseline match rate (``spec.accuracy.baseline``), in percentage
+    points, is at least ``−accuracy.tolerance_pp``.
+
+**Derived columns.** GX 1.24 has no "column A − column B within bounds" expectation (only
+``expect_column_pair_values_A_to_be_greater_than_B``, without an offset), so before validating a
+landed table the gate adds two columns and the suites check those:
+
+* ``_gx_lateness_s`` = ``_arrival_time − event_time`` in seconds, expected in
+  ``[−max_future, max_past]`` (exactly the landing job's ``event_time_too_old`` /
+  ``event_time_in_future`` rules);
+* ``_gx_arrival_ds`` = the arrival date in the spec's zone (:func:`jobs.records.arrival_ds`),
+  expected equal to ``ds`` (``expect_column_pair_values_to_be_equal``).
+
+The accuracy gate validates a one-row DataFrame (``ds``, ``stream_match_rate``,
+``baseline_match_rate``, ``stream_minus_baseline_pp``) built from the metrics table.
+
+**Files are the source of truth.** ``expectations/`` is a Great Expectations *file context*::
+
+    expectations/great_expectations.yml             suites on disk; every other store in memory,
+                                                     no data docs, analytics off
+    expectations/expectations/<pipeline>/<kind>.json  suite "<pipeline>.<kind>" (GX maps the dot
+                                                     in a suite name to a folder)
+
+``python -m jobs.quality write-suites --spec include/specs/search_sessions.yaml`` writes them
+from :func:`build_suites` (without GX's random ids, so regenerating gives a clean diff);
+:func:`run_gates` loads them through ``gx.get_context(mode="file")`` -- opening it reads only --
+so a hand edit (a looser bound, an extra expectation) takes effect without a code change.
+``check-suites`` (and the test suite) says when the files and the spec have drifted apart.
+
+**Execution.** Validation runs in an *ephemeral* GX context (nothing is written anywhere: no
+validation results store, no data docs, no checkpoints) with GX's Spark datasource
+(``add_spark`` → dataframe asset → whole-dataframe batch) directly on the pyspark DataFrame.
+Verified with pyspark 4.2.0 and great-expectations 1.24.1 for every expectation used here
+(``expect_table_columns_to_match_set``, ``expect_column_values_to_be_of_type``,
+``expect_column_values_to_not_be_null``, ``expect_column_values_to_be_null`` with a
+``row_condition``, ``expect_column_values_to_be_unique``, ``expect_compound_columns_to_be_unique``,
+``expect_column_values_to_be_between``, ``expect_column_pair_values_to_be_equal``): no pandas
+fallback is needed. Type names in the suites are therefore Spark's (``StringType``, ...).
+GX is installed without its ``[spark]`` extra: that extra only pins pyspark, which the project
+already has. To stay fast, the ds slice is cached as one partition and validated in two passes:
+``BOOLEAN_ONLY`` for every expectation, then ``BASIC`` (counts, a few unexpected values) only for
+the ones that failed. Usage statistics are off (``GX_ANALYTICS_ENABLED=False``) and so are progress bars.
+
+Usage::
+
+    from jobs.quality.gates import run_gates, write_gate_results, assert_gates
+    results = run_gates(spark, spec, date(2026, 11, 20))
+    write_gate_results(spark, spec, date(2026, 11, 20), results)
+    assert_gates(results)          # raises GateFailed with the readable summary
+
+    python -m jobs.quality write-suites --spec include/specs/search_sessions.yaml
+    python -m jobs.quality check-suites --spec include/specs/search_sessions.yaml
+    python -m jobs.quality run --spec include/specs/search_sessions.yaml --ds 2026-11-20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION  # noqa: E402
+from jobs.settings import PROJECT_ROOT, Settings  # noqa: E402
+from jobs.spec import Cardinality, JoinSpec, JoinType, format_duration, load_spec  # noqa: E402
+
+if TYPE_CHECKING:
+    from great_expectations.core import ExpectationSuite
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("joinshift.quality")
+
+#: The GX file context holding the suites (see the module docstring).
+EXPECTATIONS_DIR = PROJECT_ROOT / "expectations"
+KINDS = ("raw_left", "raw_right", "join_output", "accuracy")
+RAW_KINDS = {"raw_left": "left", "raw_right": "right"}
+#: Derived columns added before a landed table is validated.
+LATENESS = "_gx_lateness_s"
+ARRIVAL_DS = "_gx_arrival_ds"
+#: The accuracy gate's one-row frame.
+ACCURACY_DIFF = "stream_minus_baseline_pp"
+#: Spec column types -> the Spark type names ``expect_column_values_to_be_of_type`` compares.
+SPARK_TYPE_NAMES = {
+    "string": "StringType", "int": "IntegerType", "long": "LongType", "double": "DoubleType",
+    "boolean": "BooleanType", "timestamp": "TimestampType",
+}
+GATES_TABLE = "quality_gates"
+GATE_COLUMNS = "ds date, pipeline string, suite string, success boolean, evaluated int, failed int, " \
+               "summary string, failures string, checked_at timestamp"
+_EXAMPLES = 3
+
+#: The file context's configuration: suites on disk, every other store in memory, no data docs.
+CONTEXT_CONFIG = """\
+# Great Expectations file context of joinshift's data-quality gates (jobs/quality.py).
+# Only the expectation suites live on disk (expectations/<pipeline>/<kind>.json); validation runs
+# in an in-memory context, so nothing else is ever written here. Regenerate the suites from a spec:
+#   python -m jobs.quality write-suites --spec include/specs/<pipeline>.yaml
+config_version: 4
+analytics_enabled: false
+progress_bars:
+  globally: false
+expectations_store_name: expectations_store
+validation_results_store_name: validation_results_store
+checkpoint_store_name: checkpoint_store
+stores:
+  expectations_store:
+    class_name: ExpectationsStore
+    store_backend:
+      class_name: TupleFilesystemStoreBackend
+      base_directory: expectations/
+      suppress_store_backend_id: true
+  validation_results_store:
+    class_name: ValidationResultsStore
+    store_backend:
+      class_name: InMemoryStoreBackend
+  checkpoint_store:
+    class_name: CheckpointStore
+    store_backend:
+      class_name: InMemoryStoreBackend
+  validation_definition_store:
+    class_name: ValidationDefinitionStore
+    store_backend:
+      class_name: InMemoryStoreBackend
+data_docs_sites: {}
+"""
+
+
+class GateFailed(RuntimeError):
+    """A data-quality gate failed; the message is the failed suites' readable summaries."""
+
+
+@dataclass
+class GateResult:
+    """One suite's verdict. ``success`` is None when the suite was skipped (nothing to check)."""
+
+    suite: str
+    success: bool | None
+    evaluated: int
+    failed: int
+    summary: str
+    failures: list[dict] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> bool:
+        return self.success is None
+
+    def to_dict(self) -> dict:
+        """Everything, JSON-ready (an Airflow task's return value)."""
+        return asdict(self)
+
+    def as_report(self) -> dict:
+        """The report's ``gates`` entry (see :mod:`jobs.report`)."""
+        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated,
+                "failed": self.failed, "summary": self.summary}
+
+
+def _gx():
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    import great_expectations as gx
+
+    return gx
+
+
+# ---------------------------------------------------------------- suites from the spec
+
+def suite_name(spec: JoinSpec, kind: str) -> str:
+    return f"{spec.pipeline}.{kind}"
+
+
+def _raw_expectations(spec: JoinSpec, side: str) -> list:
+    import great_expectations.expectations as gxe
+
+    st = spec.side(side)
+    v = spec.timestamp_validity
+    past, future = int(v.max_past.total_seconds()), int(v.max_future.total_seconds())
+    columns = [*st.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds"]
+    types = {**{c: SPARK_TYPE_NAMES[t] for c, t in st.schema_.items()},
+             ARRIVAL_TIME: "TimestampType", "ds": "DateType"}
+    ex: list = [gxe.ExpectTableColumnsToMatchSet(
+        column_set=columns, exact_match=False,
+        description="the landed table has the schema columns, arrival time, Kafka position and ds")]
+    ex += [gxe.ExpectColumnValuesToBeOfType(column=c, type_=t) for c, t in types.items()]
+    ex += [gxe.ExpectColumnValuesToNotBeNull(column=k, description="join key") for k in st.key]
+    ex += [
+        gxe.ExpectColumnValuesToNotBeNull(column=st.id, description="event id"),
+        gxe.ExpectColumnValuesToBeUnique(column=st.id, description="event id unique within the ds"),
+        gxe.ExpectColumnValuesToNotBeNull(column=st.event_time, description="event time"),
+        gxe.ExpectColumnValuesToBeBetween(
+            column=LATENESS, min_value=-future, max_value=past,
+            description=f"derived {LATENESS} = {ARRIVAL_TIME} - {st.event_time} in seconds: the event "
+                        f"time is within [arrival - {format_duration(v.max_past)}, "
+                        f"arrival + {format_duration(v.max_future)}] (timestamp_validity)"),
+        gxe.ExpectColumnPairValuesToBeEqual(
+            column_A="ds", column_B=ARRIVAL_DS,
+            description=f"derived {ARRIVAL_DS} = date of {ARRIVAL_TIME} in {spec.timezone}: "
+                        "ds is the arrival date"),
+    ]
+    return ex
+
+
+def _output_expectations(spec: JoinSpec) -> list:
+    import great_expectations.expectations as gxe
+    from great_expectations.expectations.row_conditions import Column as Cond
+
+    from jobs.join.columns import col_name, output_columns, side_columns
+
+    left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
+    ex: list = [
+        gxe.ExpectTableColumnsToMatchSet(column_set=output_columns(spec), exact_match=True,
+                                         description="the join output's columns"),
+        gxe.ExpectColumnValuesToNotBeNull(column=left_id, description="every row has a left event"),
+        gxe.ExpectCompoundColumnsToBeUnique(column_list=[left_id, right_id],
+                                            description="no (left id, right id) pair twice"),
+    ]
+    if spec.join.cardinality == Cardinality.one_to_one:
+        ex.append(gxe.ExpectColumnValuesToBeUnique(
+            column=left_id, description="1-to-1: at most one row per left event"))
+    if spec.join.type == JoinType.left_outer:
+        for c in side_columns(spec, "right"):
+            name = col_name("right", c)
+            if name != right_id:
+                ex.append(gxe.ExpectColumnValuesToBeNull(
+                    column=name, row_condition=Cond(right_id).is_null(),
+                    description="left outer: an unmatched row has nulls on the whole right side"))
+    else:
+        ex.append(gxe.ExpectColumnValuesToNotBeNull(column=right_id, description="inner: every row matched"))
+    return ex
+
+
+def _accuracy_expectations(spec: JoinSpec) -> list:
+    import great_expectations.expectations as gxe
+
+    tol = spec.accuracy.tolerance_pp
+    return [gxe.ExpectColumnValuesToBeBetween(
+        column=ACCURACY_DIFF, min_value=-tol,
+        description=f"stream match rate >= {spec.accuracy.baseline} match rate - {tol} pp")]
+
+
+def build_suites(spec: JoinSpec) -> dict[str, ExpectationSuite]:
+    """The spec's four suites, keyed by kind (``raw_left``, ``raw_right``, ``join_output``,
+    ``accuracy``); each suite is named ``<pipeline>.<kind>``."""
+    gx = _gx()
+    built = {
+        "raw_left": _raw_expectations(spec, "left"),
+        "raw_right": _raw_expectations(spec, "right"),
+        "join_output": _output_expectations(spec),
+        "accuracy": _accuracy_expectations(spec),
+    }
+    return {
+        kind: gx.ExpectationSuite(
+            name=suite_name(spec, kind), expectations=ex,
+            meta={"pipeline": spec.pipeline, "kind": kind},
+            notes=f"Generated from the join spec of pipeline {spec.pipeline!r} by "
+                  "`python -m jobs.quality write-suites`; the gates read this file, edit it freely "
+                  "(check-suites reports drift from the spec)."
+        )
+        for kind, ex in built.items()
+    }
+
+
+def suite_dict(suite: ExpectationSuite) -> dict:
+    """A suite as stable JSON: GX's own serialization minus the ids and GX version it adds."""
+    d = suite.to_json_dict()
+    d.pop("id", None)
+    for e in d.get("expectations", []):
+        e.pop("id", None)
+    meta = dict(d.get("meta") or {})
+    meta.pop("great_expectations_version", None)
+    d["meta"] = meta
+    return d
+
+
+def _suite_path(root: Path, spec: JoinSpec, kind: str) -> Path:
+    return root / "expectations" / spec.pipeline / f"{kind}.json"
+
+
+def write_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR) -> list[Path]:
+    """Write the spec's suites (and the context's ``great_expectations.yml`` if missing)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    cfg = root / "great_expectations.yml"
+    if not cfg.exists():
+        cfg.write_text(CONTEXT_CONFIG)
+    paths = []
+    for kind, suite in build_suites(spec).items():
+        p = _suite_path(root, spec, kind)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(suite_dict(suite), indent=2) + "\n")
+        paths.append(p)
+    return paths
+
+
+def load_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR,
+                kinds: Sequence[str] = KINDS) -> dict[str, ExpectationSuite]:
+    """The spec's suites as stored in the file context at ``root``, keyed by kind."""
+    root = Path(root)
+    if not (root / "great_expectations.yml").is_file():
+        raise FileNotFoundError(
+            f"no Great Expectations context at {root} (great_expectations.yml missing); "
+            f"run `python -m jobs.quality write-suites --spec <spec>`")
+    gx = _gx()
+    context = gx.get_context(mode="file", context_root_dir=str(root))
+    out = {}
+    for kind in kinds:
+        if not _suite_path(root, spec, kind).is_file():
+            raise FileNotFoundError(
+                f"suite {suite_name(spec, kind)} missing: {_suite_path(root, spec, kind)}; run "
+                f"`python -m jobs.quality write-suites --spec include/specs/{spec.pipeline}.yaml`")
+        out[kind] = context.suites.get(suite_name(spec, kind))
+    return out
+
+
+def suites_out_of_sync(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR) -> list[str]:
+    """Kinds whose file is missing or differs from :func:`build_suites` (empty: in sync)."""
+    built = build_suites(spec)
+    drift = []
+    for kind, suite in built.items():
+        p = _suite_path(Path(root), spec, kind)
+        if not p.is_file() or json.loads(p.read_text()) != json.loads(json.dumps(suite_dict(suite))):
+            drift.append(kind)
+    return drift
+
+
+# ---------------------------------------------------------------- frames and validation
+
+def prepare_frame(df: DataFrame, spec: JoinSpec, kind: str) -> DataFrame:
+    """The frame a suite validates: a landed table gets the derived columns; others as they are."""
+    if kind not in RAW_KINDS:
+        return df
+    from pyspark.sql import functions as F
+
+    from jobs.join.records import arrival_ds
+
+    st = spec.side(RAW_KINDS[kind])
+    arrival, et = F.col(ARRIVAL_TIME), F.col(st.event_time)
+    lateness = arrival.cast("double") - et.cast("double")
+    return df.withColumn(LATENESS, lateness).withColumn(ARRIVAL_DS, arrival_ds(arrival, spec.timezone))
+
+
+def _column_label(kwargs: dict) -> str:
+    if kwargs.get("column"):
+        return str(kwargs["column"])
+    if kwargs.get("column_list"):
+        return ",".join(kwargs["column_list"])
+    if kwargs.get("column_A"):
+        return f"{kwargs['column_A']},{kwargs['column_B']}"
+    return ""
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _observed(r) -> str:
+    """What a failed expectation saw, in a few words."""
+    info = r.exception_info or {}
+    if not info.get("raised_exception"):  # GX 1.x may key exception info by metric
+        info = next((v for v in info.values() if isinstance(v, dict) and v.get("raised_exception")), info)
+    if info.get("raised_exception"):
+        msg = str(info.get("exception_message") or "error").strip().splitlines()
+        return "error: " + (msg[0] if msg else "error")
+    res = r.result or {}
+    if res.get("unexpected_count") is not None:
+        text = f"{res['unexpected_count']} unexpected"
+        examples = [x for x in (res.get("partial_unexpected_list") or []) if x is not None][:_EXAMPLES]
+        if examples:
+            examples = [", ".join(_fmt(y) for y in x.values()) if isinstance(x, dict) else _fmt(x)
+                        for x in examples]
+            text += " (e.g. " + "; ".join(examples) + ")"
+        return text
+    mismatched = (res.get("details") or {}).get("mismatched")
+    if isinstance(mismatched, dict):
+        parts = [f"{k} {sorted(v)}" for k, v in mismatched.items() if v]
+        if parts:
+            return "; ".join(parts)
+    if "observed_value" in res:
+        return f"observed {res['observed_value']}"
+    return "failed"
+
+
+def _key(config) -> str:
+    """An expectation configuration's identity across validation runs (GX adds ``batch_id``)."""
+    kwargs = {k: v for k, v in config.kwargs.items() if k != "batch_id"}
+    return config.type + json.dumps(kwargs, sort_keys=True, default=str)
+
+
+def _context():
+    gx = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
+def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=None,
+                   note: str = "") -> GateResult:
+    """Validate a (prepared) pyspark DataFrame against a suite with GX's Spark datasource."""
+    context = context or _context()
+    ds_name = "joinshift_spark"
+    try:
+        source = context.data_sources.get(ds_name)
+    except Exception:  # noqa: BLE001 (GX raises a lookup error of its own)
+        source = context.data_sources.add_spark(name=ds_name)
+    asset_name = f"{label}_{len(source.assets)}"
+    batch = (source.add_dataframe_asset(name=asset_name)
+             .add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df}))
+    # Pass 1 answers pass/fail only (a few Spark jobs); pass 2 re-runs just the failed
+    # expectations for counts and examples, so a clean day pays for no detail it does not show.
+    res = batch.validate(suite, result_format="BOOLEAN_ONLY")
+    failed = [r.expectation_config for r in res.results if not r.success]
+    detail = {}
+    if failed:
+        gx = _gx()
+        again = gx.ExpectationSuite(name=f"{suite.name}.failed", expectations=[c.to_domain_obj() for c in failed])
+        detail = {_key(r.expectation_config): r for r in batch.validate(
+            again, result_format={"result_format": "BASIC", "partial_unexpected_count": 10}).results}
+    order = {_key(e.configuration): i for i, e in enumerate(suite.expectations)}
+    failures = []
+    for c in sorted(failed, key=lambda c: order.get(_key(c), len(order))):
+        r = detail.get(_key(c))
+        failures.append({"expectation": c.type, "column": _column_label(c.kwargs),
+                         "observed": _observed(r) if r is not None and not r.success else "failed"})
+    evaluated = len(res.results)
+    summary = f"{label}: {evaluated - len(failures)}/{evaluated} passed"
+    if note:
+        summary += f" ({note})"
+    for f in failures:
+        col = f"({f['column']})" if f["column"] else ""
+        summary += f"; FAILED {f['expectation']}{col}: {f['observed']}"
+    return GateResult(label, not failures, evaluated, len(failures), summary, failures)
+
+
+def _skipped(kind: str, why: str) -> GateResult:
+    return GateResult(kind, None, 0, 0, f"{kind}: skipped: {why}")
+
+
+def accuracy_frame(spark: SparkSession, spec: JoinSpec, ds: date,
+                   metrics: Sequence[dict]) -> tuple[DataFrame | None, str]:
+    """The accuracy gate's one-row frame from the metrics rows of ``ds``, or (None, why not)."""
+    base = spec.accuracy.baseline
+    rows = {m["variant"]: m for m in metrics if m["ds"] == ds}
+    missing = [v for v in ("stream", base) if v not in rows]
+    if missing:
+        return None, f"no {' or '.join(missing)} metrics for ds {ds} in match_metrics"
+    s, b = rows["stream"]["match_rate"], rows[base]["match_rate"]
+    if s is None or b is None:
+        return None, f"no left events on ds {ds}: match rates undefined"
+    diff = round(100 * (s - b), 9)  # rounding keeps an exact −tolerance from failing on float noise
+    df = spark.createDataFrame(
+        [(ds, float(s), float(b), diff)],
+        f"ds date, stream_match_rate double, baseline_match_rate double, {ACCURACY_DIFF} double")
+    return df, f"stream {100 * s:.2f}% vs {base} {100 * b:.2f}%"
+
+
+def run_gates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, *,
+              kinds: Sequence[str] = KINDS, suites: dict[str, ExpectationSuite] | None = None,
+              suites_dir: str | Path | None = None, output_variant: str = "stream") -> list[GateResult]:
+    """Validate the ds partition of the landed tables, the join output and the accuracy.
+
+    Suites come from the file context (``suites_dir``, default ``expectations/``) unless given.
+    A suite whose table is missing is skipped (``success`` None), not an error. ``kinds`` picks
+    gates, e.g. ``("raw_left", "raw_right")`` right after landing.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.storage import delta_io
+    from jobs.storage.tables import Tables
+
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown gate kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
+    tables = Tables.of(spec, s)
+    suites = suites if suites is not None else load_suites(spec, suites_dir or EXPECTATIONS_DIR, kinds)
+    context = _context()
+    results = []
+    for kind in kinds:
+        if kind == "accuracy":
+            if not delta_io.table_exists(spark, tables.match_metrics):
+                results.append(_skipped(kind, f"table missing ({tables.match_metrics})"))
+                continue
+            metrics = [r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
+                       .where(F.col("ds") == F.lit(ds)).collect()]
+            df, note = accuracy_frame(spark, spec, ds, metrics)
+            if df is None:
+                results.append(_skipped(kind, note))
+                continue
+            results.append(validate_frame(df, suites[kind], kind, context, note))
+            continue
+        path = tables.landed(RAW_KINDS[kind]) if kind in RAW_KINDS else tables.output(output_variant)
+        if not delta_io.table_exists(spark, path):
+            results.append(_skipped(kind, f"table missing ({path})"))
+            continue
+        df = prepare_frame(spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds)), spec, kind)
+        # GX runs a Spark job or two per metric over the same slice: one cached partition
+        # keeps each of them a single task (a ds partition is small; gates run once a day).
+        df = df.coalesce(1).persist()
+        try:
+            n = df.count()
+            label = kind if kind != "join_output" or output_variant == "stream" \
+                else f"{kind}[{output_variant}]"
+            results.append(validate_frame(df, suites[kind], label, context, f"{n} rows"))
+        finally:
+            df.unpersist()
+    for r in results:
+        (log.info if r.success is not False else log.warning)("%s", r.summary)
+    return results
+
+
+def gates_path(spec: JoinSpec, s: Settings | None = None) -> str:
+    """The gate results table, beside ``match_metrics``."""
+    from jobs.storage.tables import Tables
+
+    return Tables.of(spec, s)._t(GATES_TABLE)
+
+
+def write_gate_results(spark: SparkSession, spec: JoinSpec, ds: date, results: Sequence[GateResult],
+                       s: Settings | None = None) -> str:
+    """Replace the ds partition of the gate results table with one row per suite; returns its path."""
+    from jobs.storage import delta_io
+
+    now = datetime.now(timezone.utc)
+    rows = [(ds, spec.pipeline, r.suite, r.success, r.evaluated, r.failed, r.summary,
+             json.dumps(r.failures), now) for r in results]
+    path = gates_path(spec, s)
+    delta_io.replace_partitions(spark.createDataFrame(rows, GATE_COLUMNS), path, {"ds": [ds]})
+    return path
+
+
+def assert_gates(results: Sequence[GateResult], *, allow_skipped: bool = True) -> None:
+    """Raise :class:`GateFailed` (what fails an Airflow task) if a gate failed (or was skipped
+    and ``allow_skipped`` is False); the message is the summaries of those gates."""
+    bad = [r for r in results if r.success is False or (r.skipped and not allow_skipped)]
+    if bad:
+        raise GateFailed(f"{len(bad)} of {len(results)} data quality gate"
+                         f"{'s' if len(results) != 1 else ''} failed:\n" + "\n".join(r.summary for r in bad))
+
+
+# ---------------------------------------------------------------- CLI
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.quality", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, help_ in (("write-suites", "write the spec's suites under --dir"),
+                        ("check-suites", "exit 1 if the suite files differ from the spec's"),
+                        ("run", "run the gates for --ds, record them, exit 1 if one failed")):
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("--spec", required=True, help="join spec YAML")
+        sp.add_argument("--dir", default=str(EXPECTATIONS_DIR), help="GX file context (default: expectations/)")
+        if name == "run":
+            sp.add_argument("--ds", required=True, type=date.fromisoformat, help="YYYY-MM-DD")
+            sp.add_argument("--kind", choices=KINDS, action="append", help="only this gate (repeatable)")
+    args = p.parse_args(argv)
+    spec = load_spec(args.spec)
+    if args.cmd == "write-suites":
+        for path in write_suites(spec, args.dir):
+            print(path)
+        return 0
+    if args.cmd == "check-suites":
+        drift = suites_out_of_sync(spec, args.dir)
+        if drift:
+            print(f"out of sync with {args.spec}: {', '.join(drift)}; run "
+                  f"`python -m jobs.quality write-suites --spec {args.spec}`")
+            return 1
+        print("suites in sync")
+        return 0
+    from jobs.storage.spark import get_spark
+
+    spark = get_spark("joinshift-quality")
+    results = run_gates(spark, spec, args.ds, kinds=args.kind or KINDS, suites_dir=args.dir)
+    write_gate_results(spark, spec, args.ds, results)
+    for r in results:
+        print(r.summary)
+    try:
+        assert_gates(results)
+    except GateFailed:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = [
+    "GateFailed", "GateResult", "KINDS", "assert_gates", "build_suites", "load_suites",
+    "prepare_frame", "run_gates", "suites_out_of_sync", "validate_frame", "write_gate_results",
+    "write_suites",
+]

@@ -1,0 +1,1 @@
+"""The accuracy report: assembly from the tables, plots, and rendering from templates."""

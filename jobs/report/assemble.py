@@ -1,0 +1,208 @@
+"""Assemble one ds's accuracy report from the pipeline's tables and publish it.
+
+Reads what the other jobs wrote (match metrics, join outputs, landed tables, the stream's
+progress log, quality-gate results), computes what only the report needs (boundary-delta
+histograms, PT series, miss attribution, the recommendation), and hands one dict to the pure
+renderer :mod:`jobs.report`. Reports land in ``<storage_root>/reports/<pipeline>/<ds>/``.
+
+    python -m jobs.accuracy_report --spec include/specs/search_sessions.yaml --ds 2026-11-20
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.settings import PROJECT_ROOT, Settings
+from jobs.spec import JoinSpec, format_duration, load_spec
+
+log = logging.getLogger("joinshift.report")
+
+HIST_BINS = 30
+
+
+def _spec_summary(spec: JoinSpec) -> dict:
+    return {"window": spec.window.label(), "left_watermark": format_duration(spec.left.watermark_delay),
+            "right_watermark": format_duration(spec.right.watermark_delay), "join_type": spec.join.type.value,
+            "cardinality": spec.join.cardinality.value, "baseline": spec.accuracy.baseline,
+            "tolerance_pp": spec.accuracy.tolerance_pp}
+
+
+def _boundary_deltas(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
+    from jobs.storage import delta_io
+    from jobs.accuracy.compare import WINDOWED_VARIANTS, boundary_deltas
+
+    span = max(spec.window.span_seconds, 1)
+    width = span / HIST_BINS
+    edges = [i * width for i in range(HIST_BINS + 1)]
+    out = {}
+    metrics = {}
+    if delta_io.table_exists(spark, tables.match_metrics):
+        metrics = {r["variant"]: r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
+                   .where(F.col("ds") == F.lit(ds)).collect()}
+    for variant in WINDOWED_VARIANTS:
+        if not delta_io.table_exists(spark, tables.output(variant)):
+            continue
+        d = boundary_deltas(spark.read.format("delta").load(tables.output(variant)).where(F.col("ds") == F.lit(ds)), spec)
+        entry = {k: v for k, v in metrics.get(variant, {}).items() if k.startswith("to_")}
+        for col in ("to_lower", "to_upper"):
+            b = F.least(F.greatest(F.floor(F.col(f"{col}_s") / width), F.lit(0)), F.lit(HIST_BINS - 1))
+            counts = dict(d.groupBy(b.alias("b")).count().collect())
+            entry[f"hist_{col}"] = {"edges": edges, "counts": [int(counts.get(i, 0)) for i in range(HIST_BINS)]}
+        out[variant] = entry
+    return out
+
+
+def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 60_000) -> tuple[dict, dict]:
+    """PT series per stream over the day's arrivals (paper §5.3, Fig. 12) and the share behind PT."""
+    import numpy as np
+
+    from jobs.storage import delta_io
+    from jobs.accuracy.pt_estimator import (lateness_behind_pt, pt_series, recommend_watermark_delay, share_behind_pt)
+
+    series, advice = {}, {}
+    for side in ("left", "right"):
+        st = spec.side(side)
+        pdf = (delta_io.read_table(spark, tables.landed(side)).where(F.col("ds") == F.lit(ds))
+               .select(F.unix_millis("_arrival_time").alias("a"), F.unix_millis(st.event_time).alias("e")).toPandas())
+        if pdf.empty:
+            continue
+        a, e = pdf.a.to_numpy(np.int64), pdf.e.to_numpy(np.int64)
+        s = pt_series(a, e, batch_ms)
+        series[side] = [{"batch_end_ms": int(r.batch_end_ms), "pt_delay_ms": None if r.pt_delay_ms != r.pt_delay_ms else float(r.pt_delay_ms),
+                         "window_batches": int(r.window_batches),
+                         "accuracy": None if r.accuracy != r.accuracy else float(r.accuracy)}
+                        for r in s.itertuples()]
+        late = lateness_behind_pt(s, a, e)
+        late = late[~np.isnan(late)]
+        advice[side] = {"recommended_delay_s": recommend_watermark_delay(late, 0.001) / 1000 if len(late) else None,
+                        "share_behind_pt": share_behind_pt(late) if len(late) else None,
+                        "basis": "PT estimator (paper §5.3): lateness behind the estimated processing time"}
+    return series, advice
+
+
+def _gates(spark: SparkSession, tables, ds: date) -> list[dict]:
+    from jobs.storage import delta_io
+
+    path = tables._t("quality_gates")
+    if not delta_io.table_exists(spark, path):
+        return []
+    return [{k: r[k] for k in ("suite", "success", "evaluated", "failed", "summary") if k in r}
+            for r in (x.asDict() for x in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds)).collect())]
+
+
+def _quarantine(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
+    from jobs.storage import delta_io
+
+    if not delta_io.table_exists(spark, tables.quarantine):
+        return {}
+    q = {}
+    rows = (spark.read.format("delta").load(tables.quarantine)
+            .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
+            .groupBy("stream", "reason").count().collect())
+    names = {spec.left.name: "left", spec.right.name: "right"}
+    for r in rows:
+        q.setdefault(names.get(r["stream"], r["stream"]), {})[r["reason"]] = r["count"]
+    return q
+
+
+def runbooks() -> list[dict]:
+    folder = PROJECT_ROOT / "include" / "runbooks"
+    out = []
+    for p in sorted(folder.glob("*.md")):
+        title = next((ln.lstrip("# ").strip() for ln in p.read_text().splitlines() if ln.startswith("#")), p.stem)
+        out.append({"title": title, "path": str(p.relative_to(PROJECT_ROOT))})
+    return out
+
+
+def build_report_data(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
+                      learn_days: list[date] | None = None) -> dict:
+    """Everything the renderer shows for one ds, as a JSON-able dict (see :mod:`jobs.report`)."""
+    from jobs.storage import delta_io
+    from jobs.accuracy.attribution import attribute_misses
+    from jobs.accuracy.recommend import recommend
+    from jobs.storage.tables import Tables
+
+    tables = Tables.of(spec, s)
+    data: dict = {"pipeline": spec.pipeline, "ds": str(ds), "spec": _spec_summary(spec),
+                  "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if delta_io.table_exists(spark, tables.match_metrics):
+        data["match_rates"] = [
+            {"ds": str(r["ds"]), "variant": r["variant"], "left_events": r["left_events"],
+             "matched_left": r["matched_left"], "match_rate": r["match_rate"]}
+            for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") <= F.lit(ds))
+            .orderBy("ds", "variant").collect()]
+    steps = {
+        "boundary_deltas": lambda: _boundary_deltas(spark, spec, tables, ds),
+        "attribution": lambda: attribute_misses(spark, spec, ds, s=s),
+        "gates": lambda: _gates(spark, tables, ds),
+        "quarantine": lambda: _quarantine(spark, spec, tables, ds),
+    }
+    for key, step in steps.items():
+        try:
+            data[key] = step()
+        except Exception as exc:  # one missing input must not cost the whole report
+            log.warning("report %s: %s unavailable: %s", ds, key, exc)
+    try:
+        data["pt"], data["watermark_advice"] = _pt(spark, spec, tables, ds)
+    except Exception as exc:
+        log.warning("report %s: PT unavailable: %s", ds, exc)
+    try:
+        rec = recommend(spark, spec, learn_days or [ds], s=s)
+        data["sweep"] = [{"lower_s": p.lower_s, "upper_s": p.upper_s, "match_rate": p.predicted_match_rate,
+                          "batch_match_rate": p.batch_match_rate, "predicted_memory_bytes": p.predicted_memory_bytes,
+                          "output_latency_s": p.output_latency_s, "recovery_s": p.recovery_s} for p in rec.candidates]
+        c, d = rec.chosen, rec.deployed
+        data["recommendation"] = {
+            "window": c.label(), "lower_s": c.lower_s, "upper_s": c.upper_s,
+            "left_watermark_s": rec.left_watermark_s, "right_watermark_s": rec.right_watermark_s,
+            "predicted_match_rate": c.predicted_match_rate, "baseline_match_rate": rec.baseline_match_rate,
+            "target_share": rec.target_share, "predicted_memory_bytes": c.predicted_memory_bytes,
+            "output_latency_s": c.output_latency_s, "recovery_s": c.recovery_s,
+            "deployed": {"window": d.label(), "match_rate": d.predicted_match_rate, "memory_bytes": d.predicted_memory_bytes},
+            "reasons": rec.reasons,
+            "lateness": {k: asdict(v) for k, v in rec.lateness.items()},
+        }
+        data["_recommendation_object"] = rec
+    except Exception as exc:
+        log.warning("report %s: recommendation unavailable: %s", ds, exc)
+    data["runbooks"] = runbooks()
+    return data
+
+
+def publish(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
+            learn_days: list[date] | None = None):
+    """Build, render and publish one ds's report; save the recommendation. Returns the files."""
+    from jobs.accuracy.recommend import save
+    from jobs.report.render import publish_report
+    from jobs.storage.tables import Tables
+
+    tables = Tables.of(spec, s)
+    data = build_report_data(spark, spec, ds, s, learn_days)
+    rec = data.pop("_recommendation_object", None)
+    if rec is not None:
+        save(spark, spec, rec, s)
+    files = publish_report(data, Path(tables.settings.path("reports")))
+    log.info("accuracy report for %s ds=%s: %s", spec.pipeline, ds, files.html)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.accuracy_report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True)
+    p.add_argument("--ds", required=True, type=date.fromisoformat)
+    args = p.parse_args(argv)
+    from jobs.storage.spark import get_spark
+
+    print(publish(get_spark("joinshift-report"), load_spec(args.spec), args.ds).html)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,317 @@
+"""The join spec: one YAML file under ``include/specs/`` parsed into one typed object.
+
+Every job (landing, batch joins, streaming join, compare, recommendation, runbooks) takes a
+:class:`JoinSpec`. Change the window here and every job follows.
+
+Example::
+
+    from jobs.spec import load_spec
+    spec = load_spec(DEFAULT_SPEC)
+    spec.window.lower_seconds      # -10800 for "-3h"
+    spec.left.topic                # "search_responses"
+
+Terms follow the paper (Facebook, "Providing Streaming Joins as a Service", VLDB 2018, §3):
+the *left* stream drives the join; each left event has its own *window* on the right stream,
+``[left.event_time + lower, left.event_time + upper]``, bounds inclusive.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from jobs.settings import PROJECT_ROOT
+from jobs.spec.duration import Duration, format_duration
+
+#: Column types a stream schema may use, mapped to Spark SQL type names.
+SCHEMA_TYPES = {
+    "string": "string",
+    "int": "int",
+    "long": "bigint",
+    "double": "double",
+    "boolean": "boolean",
+    "timestamp": "timestamp",
+}
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+#: The demo's spec, the default of every command, DAG and runbook (relative to the project root).
+DEFAULT_SPEC = "include/specs/search_sessions.yaml"
+
+
+class SpecError(ValueError):
+    """A join spec (or workload file) is invalid. The message names the field and what is allowed."""
+
+
+class JoinType(str, Enum):
+    inner = "inner"
+    left_outer = "left_outer"
+
+
+class Cardinality(str, Enum):
+    """1-to-n: every right event in the window. 1-to-1: the matching right event that *arrived*
+    first (by arrival time, then Kafka partition and offset), which a stream can emit at once."""
+
+    one_to_n = "1-to-n"
+    one_to_one = "1-to-1"
+
+
+class UnknownFields(str, Enum):
+    quarantine = "quarantine"
+    ignore = "ignore"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class StreamSpec(_Strict):
+    """One side of the join: where it lives in Kafka and in the warehouse, and what it looks like."""
+
+    name: str = Field(description="the stream's name in reports, e.g. 'server_search'")
+    topic: str = Field(description="Kafka topic the stream is published to")
+    table: str = Field(description="landed Delta table (Hive-style, partitioned by arrival ds)")
+    schema_: dict[str, str] = Field(alias="schema", description="column name -> type")
+    key: list[str] = Field(min_length=1, description="join key column(s)")
+    event_time: str = Field(description="event-time column (a 'timestamp' column of the schema)")
+    id: str = Field(description="unique event id column; duplicates are quarantined")
+    watermark_delay: Duration = Field(description="how late an event may arrive behind the stream's max event time")
+
+    @field_validator("topic", "table", "name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9_.\-]+$", v):
+            raise ValueError("use letters, digits, '_', '.' or '-'")
+        return v
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_types(cls, v: dict[str, str]) -> dict[str, str]:
+        if not v:
+            raise ValueError("a stream needs at least one column")
+        for col, typ in v.items():
+            if not _NAME.match(col):
+                raise ValueError(f"column name {col!r} must be a plain identifier")
+            if typ not in SCHEMA_TYPES:
+                raise ValueError(
+                    f"column {col!r} has type {typ!r}; allowed: {', '.join(SCHEMA_TYPES)}"
+                )
+        return v
+
+    @field_validator("watermark_delay")
+    @classmethod
+    def _non_negative(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() < 0:
+            raise ValueError("must be zero or positive (how late events may arrive)")
+        return v
+
+    @model_validator(mode="after")
+    def _columns_exist(self) -> StreamSpec:
+        for field, cols in (("key", self.key), ("event_time", [self.event_time]), ("id", [self.id])):
+            for c in cols:
+                if c not in self.schema_:
+                    raise ValueError(
+                        f"{field}: column {c!r} is not in schema (columns: {', '.join(self.schema_)})"
+                    )
+        if self.schema_[self.event_time] != "timestamp":
+            raise ValueError(f"event_time: column {self.event_time!r} must have type 'timestamp'")
+        return self
+
+    @property
+    def watermark_seconds(self) -> int:
+        return int(self.watermark_delay.total_seconds())
+
+    @property
+    def payload_columns(self) -> list[str]:
+        return list(self.schema_)
+
+
+class WindowSpec(_Strict):
+    """The join window relative to the left event time, bounds inclusive: ``[lower, upper]``."""
+
+    lower: Duration
+    upper: Duration
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WindowSpec:
+        if self.lower > self.upper:
+            raise ValueError(
+                f"lower ({format_duration(self.lower, True)}) must not be after upper "
+                f"({format_duration(self.upper, True)})"
+            )
+        return self
+
+    @property
+    def lower_seconds(self) -> int:
+        return int(self.lower.total_seconds())
+
+    @property
+    def upper_seconds(self) -> int:
+        return int(self.upper.total_seconds())
+
+    @property
+    def span_seconds(self) -> int:
+        return self.upper_seconds - self.lower_seconds
+
+    def label(self) -> str:
+        return f"[{format_duration(self.lower, True)}, {format_duration(self.upper, True)}]"
+
+
+class JoinOptions(_Strict):
+    type: JoinType = JoinType.left_outer
+    cardinality: Cardinality = Cardinality.one_to_n
+
+
+class TimestampValidity(_Strict):
+    """Paper §6.7: event times too far from the arrival time are impossible, not late."""
+
+    max_past: Duration = Field(default=timedelta(days=7))
+    max_future: Duration = Field(default=timedelta(hours=1))
+
+
+class AccuracySpec(_Strict):
+    """What the stream must keep up with; read by compare, gates and recommendation."""
+
+    baseline: str = Field(default="batch_1d_windowed", pattern="^(batch_1d_windowed|batch_1d_2d)$")
+    tolerance_pp: float = Field(default=1.0, ge=0, description="allowed stream shortfall, percentage points")
+
+
+class StreamingOptions(_Strict):
+    trigger_interval: Duration = Field(default=timedelta(minutes=1))
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    shuffle_partitions: int = Field(default=2, gt=0, description="state partitions; fixed once a checkpoint exists")
+
+
+class JoinSpec(_Strict):
+    """A streaming join and its batch baselines, in one object."""
+
+    pipeline: str
+    timezone: str = "UTC"
+    left: StreamSpec
+    right: StreamSpec
+    window: WindowSpec
+    join: JoinOptions = JoinOptions()
+    output_table: str
+    timestamp_validity: TimestampValidity = TimestampValidity()
+    unknown_fields: UnknownFields = UnknownFields.quarantine
+    accuracy: AccuracySpec = AccuracySpec()
+    streaming: StreamingOptions = StreamingOptions()
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("use letters, digits and '_' (it names tables and checkpoints)")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{v!r} is not an IANA time zone (e.g. UTC, America/Los_Angeles)") from None
+        return v
+
+    @model_validator(mode="after")
+    def _sides_compatible(self) -> JoinSpec:
+        if len(self.left.key) != len(self.right.key):
+            raise ValueError("left.key and right.key must name the same number of columns")
+        for lk, rk in zip(self.left.key, self.right.key):
+            if self.left.schema_[lk] != self.right.schema_[rk]:
+                raise ValueError(
+                    f"key types differ: left.{lk} is {self.left.schema_[lk]}, right.{rk} is {self.right.schema_[rk]}"
+                )
+        if self.left.topic == self.right.topic:
+            raise ValueError("left.topic and right.topic must differ")
+        tables = [self.left.table, self.right.table, self.output_table]
+        if len(set(tables)) != 3:
+            raise ValueError("left.table, right.table and output_table must all differ")
+        return self
+
+    def side(self, name: str) -> StreamSpec:
+        if name not in ("left", "right"):
+            raise ValueError(f"side must be 'left' or 'right', not {name!r}")
+        return self.left if name == "left" else self.right
+
+    def with_window(self, lower: timedelta, upper: timedelta) -> JoinSpec:
+        """A copy with another window: what recommendation and `plan` compare."""
+        return self.model_copy(update={"window": WindowSpec(lower=lower, upper=upper)})
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join("schema" if p == "schema_" else str(p) for p in loc) or "(top level)"
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return []
+        model = field.annotation
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def validate_model(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
+    """Validate ``data`` into ``model``; a :class:`SpecError` names every bad field and what is allowed.
+
+    Shared by join specs and workload files, so both fail the same helpful way.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a {what} is a YAML mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, err['loc']))}"
+            elif "input" in err and err["type"] not in ("value_error", "missing"):
+                msg = f"{msg} (got {err['input']!r})"
+            lines.append(f"  {_field_path(err['loc'])}: {msg}")
+        raise SpecError(f"{source}: invalid {what}\n" + "\n".join(lines)) from None
+
+
+def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
+    """A YAML file's content and its name for messages; a clear error if missing or not YAML."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{what} {p} does not exist")
+    try:
+        return yaml.safe_load(p.read_text()), str(p)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: not valid YAML: {exc}") from None
+
+
+def parse_spec(data: Any, source: str = "<spec>") -> JoinSpec:
+    """Validate a mapping (parsed YAML) into a :class:`JoinSpec`; errors name every bad field."""
+    return validate_model(JoinSpec, data, source, "join spec")
+
+
+def load_spec(path: str | Path) -> JoinSpec:
+    """Read and validate a join spec YAML file."""
+    data, source = read_yaml(path, "join spec")
+    return parse_spec(data, source=source)
+
+
+def spec_path(path: str | Path | None = None) -> Path:
+    """A spec path as given, or :data:`DEFAULT_SPEC`; relative paths resolve against the project
+    root, so DAGs, the CLI and runbooks find the same file from any working directory."""
+    p = Path(path or DEFAULT_SPEC)
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+def write_spec(spec: JoinSpec, path: str | Path) -> Path:
+    """A spec object as YAML that round-trips through :func:`load_spec`."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True), sort_keys=False))
+    return p

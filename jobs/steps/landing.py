@@ -1,0 +1,123 @@
+"""Land a Kafka topic into its Hive-style daily Delta table, partitioned by *arrival* ds.
+
+A warehouse partitions logs by when they arrived, so the daily cut-off is real: a click that
+happens at 23:59 and arrives at 00:10 lands in the next ds. Bad records go to the quarantine
+table with the reason and the raw payload; every record of the ds is accounted for
+(``records == landed + quarantined``). Rerunning a ds replaces that ds only.
+
+Run one ds::
+
+    python -m jobs.landing --spec include/specs/search_sessions.yaml --ds 2026-11-20
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.storage import delta_io
+from jobs.join.records import good_events, mark_duplicates, parse_records, quarantine_rows
+from jobs.settings import Settings
+from jobs.spec import JoinSpec, StreamSpec, load_spec
+from jobs.storage.tables import Tables
+
+log = logging.getLogger("joinshift.landing")
+
+
+@dataclass
+class LandingResult:
+    side: str
+    ds: date
+    records: int
+    landed: int
+    quarantined: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def quarantined_total(self) -> int:
+        return sum(self.quarantined.values())
+
+
+def land_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec,
+                 seen_ids: DataFrame | None = None) -> DataFrame:
+    """Pure core: one ds of raw Kafka rows -> parsed rows with ``_reason`` (duplicates flagged)."""
+    return mark_duplicates(parse_records(raw, stream, spec), stream, seen_ids)
+
+
+def ds_bounds_ms(ds: date, timezone: str) -> tuple[int, int]:
+    """[start, end) of a ds in epoch milliseconds."""
+    tz = ZoneInfo(timezone)
+    start = datetime.combine(ds, time(0), tz)
+    end = datetime.combine(ds + timedelta(days=1), time(0), tz)
+    return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
+
+
+def land_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date,
+            s: Settings | None = None, bootstrap: str | None = None) -> LandingResult:
+    """I/O shell: land one stream's ds from Kafka into Delta, quarantine the bad records."""
+    tables = Tables.of(spec, s)
+    stream = spec.side(side)
+    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
+    raw = kafka.read_range(spark, bootstrap or kafka.bootstrap_servers(tables.settings), stream.topic,
+                           start_ms, end_ms)
+
+    landed_path = tables.landed(side)
+    seen = None
+    if delta_io.table_exists(spark, landed_path):
+        # duplicates are re-sends minutes apart: the previous day is enough to catch them
+        seen = spark.read.format("delta").load(landed_path).where(F.col("ds") == F.lit(ds - timedelta(days=1)))
+    parsed = land_records(raw, stream, spec, seen).persist()
+    try:
+        delta_io.replace_partitions(good_events(parsed, stream).where(F.col("ds") == F.lit(ds)),
+                                    landed_path, {"ds": [ds]})
+        delta_io.replace_partitions(
+            quarantine_rows(parsed, stream, "landing"), tables.quarantine,
+            {"stage": ["landing"], "stream": [stream.name], "ds": [ds]}, partition_by=("ds",),
+        )
+        counts = {r["_reason"]: r["n"] for r in parsed.groupBy("_reason").agg(F.count("*").alias("n")).collect()}
+    finally:
+        parsed.unpersist()
+    landed = counts.pop(None, 0)
+    result = LandingResult(side, ds, landed + sum(counts.values()), landed, dict(sorted(counts.items())))
+    _log_landing(spark, tables, stream, result)
+    log.info("landed %s ds=%s: %d records, %d landed, %d quarantined %s",
+             stream.topic, ds, result.records, landed, result.quarantined_total, result.quarantined)
+    return result
+
+
+def _log_landing(spark: SparkSession, tables: Tables, stream: StreamSpec, r: LandingResult) -> None:
+    row = spark.createDataFrame(
+        [(r.side, stream.name, r.ds, r.records, r.landed, r.quarantined_total, datetime.now(ZoneInfo("UTC")))],
+        "side string, stream string, ds date, records long, landed long, quarantined long, landed_at timestamp",
+    )
+    delta_io.replace_partitions(row, tables.landing_log, {"side": [r.side], "ds": [r.ds]}, partition_by=())
+
+
+def land_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
+             bootstrap: str | None = None) -> dict[str, dict]:
+    """Land both streams for one ds."""
+    return {side: asdict(land_ds(spark, spec, side, ds, s, bootstrap)) for side in ("left", "right")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.landing", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="join spec YAML")
+    p.add_argument("--ds", required=True, type=date.fromisoformat, help="arrival date to land, YYYY-MM-DD")
+    p.add_argument("--side", choices=("left", "right"), action="append", help="default: both")
+    args = p.parse_args(argv)
+    from jobs.storage.spark import get_spark
+
+    spec = load_spec(args.spec)
+    spark = get_spark("joinshift-landing")
+    for side in args.side or ("left", "right"):
+        print(asdict(land_ds(spark, spec, side, args.ds)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""The streaming replacement: a Spark Structured Streaming event-time interval join from Kafka.
+
+``l.key = r.key AND r.t BETWEEN l.t + lower AND l.t + upper`` with each side's watermark from the
+spec, inner or left outer, into a Delta table partitioned by the left event's *arrival* ds (what
+the landing job assigns), so stream and batch are compared on the same left population.
+
+Exactly-once into Delta, by the cheapest guard each case needs:
+
+* a micro-batch re-run after a crash: each batch's commit is stamped with (the checkpoint's query
+  id, batch id), and a restarted process skips a batch already committed;
+* a record its producer re-sent: each side drops repeated event ids within its watermark
+  before the join (Spark's ``dropDuplicatesWithinWatermark``), counted in the progress log;
+* a replay from a fresh checkpoint, and 1-to-1 output (first-arrived match per left event):
+  an insert-only MERGE keyed by the output rows (left id, right id; left id for 1-to-1).
+
+Two run modes from the same code::
+
+    python -m jobs.stream_join --spec include/specs/search_sessions.yaml --available-now   # increments
+    python -m jobs.stream_join --spec include/specs/search_sessions.yaml                   # continuous
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from jobs.join.columns import ARRIVAL_TIME, col_name
+from jobs.join.conditions import join_streams, output_keys, select_batch_rows
+from jobs.join.records import good_events, parse_records, quarantine_rows
+from jobs.settings import Settings
+from jobs.spec import Cardinality, JoinSpec, load_spec
+from jobs.spec.plan import plan
+from jobs.storage import delta_io, kafka
+from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id, local_path
+from jobs.storage.hold import current_hold
+from jobs.storage.progress import (JOIN_QUERY, QUARANTINE_QUERY, end_offsets_read, ensure_recorder, read_progress,
+                                   watermark_ms)
+from jobs.storage.tables import Tables
+
+log = logging.getLogger("joinshift.stream")
+
+# ---------------------------------------------------------------- I/O shell
+
+class JoinSink:
+    """``foreachBatch`` writer of the join output, exactly once.
+
+    1-to-n output from its own checkpoint is appended with Delta transaction ids (checkpoint's
+    query id, batch id): a batch re-run after a crash is skipped. 1-to-1 output (the
+    first-arrived match per left event, across micro-batches) and a replay's output (``owned_from``:
+    rows the old run may already have written) need the table's keys, so they go through an
+    insert-only MERGE keyed by the output rows, reading only the ds partitions the batch touches.
+    """
+
+    def __init__(self, spec: JoinSpec, tables: Tables, *, owned_from=None,
+                 on_batch: Callable[[int], None] | None = None):
+        self.spec, self.tables, self.on_batch = spec, tables, on_batch
+        self.owned_from = owned_from  # a replay writes only left events that arrived from here on
+        self.path, self.keys = tables.output("stream"), output_keys(spec)
+        self.merge = owned_from is not None or spec.join.cardinality == Cardinality.one_to_one
+        self.append = delta_io.BatchAppender(self.path, _query_id_of(tables.checkpoint(JOIN_QUERY)))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        rows = select_batch_rows(batch, self.spec)
+        if self.owned_from is not None:
+            rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
+        rows = rows.persist()
+        try:
+            if rows.isEmpty():  # no empty Delta commit per no-data batch
+                pass
+            elif self.merge:
+                delta_io.insert_new(rows, self.path, self.keys)
+            elif not self.append(rows, batch_id):
+                log.info("micro-batch %d was committed before a restart: skipped", batch_id)
+        finally:
+            rows.unpersist()
+        if self.on_batch:
+            self.on_batch(batch_id)
+
+
+def _query_id_of(checkpoint: str) -> Callable[[], str]:
+    """Read lazily: the metadata file exists once the query has started."""
+    return functools.cache(lambda: checkpoint_query_id(checkpoint))
+
+
+def _ensure_recorder(spark: SparkSession, tables: Tables) -> None:
+    ensure_recorder(spark, {JOIN_QUERY: tables.progress_log(JOIN_QUERY),
+                            QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)})
+
+
+class CheckpointSpecMismatch(RuntimeError):
+    """The spec changed in a way its checkpoint cannot continue (``joinshift plan`` says replay)."""
+
+
+def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
+    """Refuse to run ``spec`` on a checkpoint built for a join it cannot continue (window, keys,
+    join type, schema: the fields ``jobs.plan`` marks fresh-checkpoint-and-replay), instead of
+    letting Spark silently mix the old state with the new join; else record ``spec`` as the one
+    the checkpoint continues with."""
+    try:
+        cp = local_path(checkpoint)
+    except CheckpointError:
+        return  # remote storage: the guard needs a local folder
+    record = cp / SPEC_RECORD
+    if record.exists() and batch_ids(cp / "commits"):  # a checkpoint with no committed batch holds no state
+        built = JoinSpec.model_validate_json(record.read_text())
+        blocking = plan(built, spec).blocking
+        if blocking:
+            fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)
+            raise CheckpointSpecMismatch(
+                f"checkpoint {cp} was built for a join this spec cannot continue ({fields}). Run the spec it "
+                f"was built with, or rebuild the window for this one: joinshift replay --spec <this spec> "
+                f"--cutover <instant> (runbook change_the_window)")
+    cp.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(spec.model_dump_json(by_alias=True))
+    tmp.replace(record)
+
+
+def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
+                         s: Settings | None = None, available_now: bool = False,
+                         trigger_interval: str | None = None, quarantine: bool = True,
+                         starting_offsets: dict[str, dict[str, int]] | None = None,
+                         owned_from=None,
+                         on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
+    """Start the join query (and the quarantine query) from their checkpoints; return them."""
+    tables = Tables.of(spec, s)
+    held = current_hold(spec, s)
+    if held is not None and held["pid"] != os.getpid():
+        raise RuntimeError(f"{spec.pipeline} is held by pid {held['pid']} since {held.get('since')} "
+                           f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends")
+    guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
+    _ensure_recorder(spark, tables)
+    spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
+    limit = spec.streaming.max_offsets_per_trigger
+
+    def start_of(topic: str) -> str:
+        if starting_offsets and topic in starting_offsets:
+            return json.dumps({topic: starting_offsets[topic]})
+        return "earliest"
+
+    parsed = {side: parse_records(kafka.read_stream(spark, bootstrap, spec.side(side).topic, limit,
+                                                    start_of(spec.side(side).topic)),
+                                  spec.side(side), spec) for side in ("left", "right")}
+    joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
+    sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch)
+
+    queries = [_with_trigger(
+        joined.writeStream.queryName(JOIN_QUERY).outputMode("append")
+        .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
+        .foreachBatch(sink), spec, available_now, trigger_interval
+    ).start()]
+    if quarantine:
+        queries.append(start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=available_now,
+                                        trigger_interval=trigger_interval))
+    log.info("streaming join %s started (%s), window %s, checkpoint %s", spec.pipeline,
+             "availableNow" if available_now else "continuous", spec.window.label(), tables.checkpoint(JOIN_QUERY))
+    return tuple(queries)
+
+
+def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None,
+                     available_now: bool = False, trigger_interval: str | None = None) -> StreamingQuery:
+    """The stream's bad records (both topics) to the quarantine table, keyed by Kafka position."""
+    tables = Tables.of(spec, s)
+    _ensure_recorder(spark, tables)
+    limit = spec.streaming.max_offsets_per_trigger
+    bad = None
+    for side in ("left", "right"):
+        stream = spec.side(side)
+        rows = quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, stream.topic, limit), stream, spec),
+                               stream, "stream")
+        bad = rows if bad is None else bad.unionByName(rows)
+
+    # one Kafka position per row and no replay of this query: per-batch idempotence suffices
+    append = delta_io.BatchAppender(tables.quarantine, _query_id_of(tables.checkpoint(QUARANTINE_QUERY)))
+
+    def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()  # two actions: do not read and parse Kafka twice
+        try:
+            if not batch.isEmpty():
+                append(batch, batch_id)
+        finally:
+            batch.unpersist()
+
+    w = (bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
+         .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY)).foreachBatch(write_quarantine_batch))
+    return _with_trigger(w, spec, available_now, trigger_interval).start()
+
+
+def _with_trigger(writer, spec: JoinSpec, available_now: bool, interval: str | None):
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=interval or f"{int(spec.streaming.trigger_interval.total_seconds())} seconds")
+
+
+def stream_watermark(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """The join query's latest event-time watermark (epoch ms), from its progress log."""
+    return watermark_ms(read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY)))
+
+
+def stream_lag(spec: JoinSpec, bootstrap: str, s: Settings | None = None) -> int | None:
+    """Records in Kafka the join query has not read yet (None before its first micro-batch)."""
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    if not progress:
+        return None
+    done = end_offsets_read(progress[-1])
+    return kafka.lag(done, kafka.end_offsets(bootstrap, sorted(done)))
+
+
+def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None) -> dict:
+    """One ``availableNow`` increment (what Airflow schedules every few minutes); skipped while a
+    replay holds the pipeline."""
+    held = current_hold(spec, s)
+    if held is not None:
+        log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
+        return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
+    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
+    for q in queries:
+        q.awaitTermination()
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jobs.stream_join", description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="join spec YAML")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what is in Kafka now, then stop (an increment); default: run continuously")
+    p.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
+    args = p.parse_args(argv)
+    from jobs.storage.kafka import bootstrap_servers
+    from jobs.storage.spark import get_spark
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec = load_spec(args.spec)
+    spark = get_spark("joinshift-stream-join")
+    bootstrap = kafka.bootstrap_servers()
+    if args.available_now:
+        print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
+        return 0
+    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, trigger_interval=args.trigger_interval)
+    spark.streams.awaitAnyTermination()
+    for q in queries:
+        if q.exception():
+            raise SystemExit(f"streaming query {q.name} failed: {q.exception()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

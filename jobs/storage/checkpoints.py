@@ -1,0 +1,120 @@
+"""Checkpoint files of a Structured Streaming query: reading its logs, its query id, and the spec
+record joinshift keeps inside it. Read-only helpers shared by the stream (its spec guard), the
+checkpoint tools and replay.
+
+A checkpoint is a folder::
+
+    metadata                 {"id": "<query id>"}: the query's identity across restarts
+    offsets/<batch>          the write-ahead log: "v1", a metadata JSON line, then one JSON line per
+                             source, e.g. {"search_clicks": {"0": 12, "1": 9}}, "-" for none yet
+    commits/<batch>          "v1" and {"nextBatchWatermarkMs": ...}: the batch is done (sink written)
+    state/<op>/<partition>/  the operators' state stores
+    joinshift_spec.json      the join spec the checkpoint was built with (joinshift's own)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+BATCH_FILE = re.compile(r"^\d+$")
+#: The spec a checkpoint was built with, kept inside it (so a backup carries it along).
+SPEC_RECORD = "joinshift_spec.json"
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint cannot be read (missing, corrupt, or not a local path)."""
+
+
+def local_path(path: str | Path) -> Path:
+    """A checkpoint location as a local path (``file:`` URIs accepted)."""
+    s = str(path)
+    if s.startswith("file://"):
+        s = s[len("file://"):]
+    elif s.startswith("file:"):
+        s = s[len("file:"):]
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", s):
+        raise CheckpointError(f"{s}: only local checkpoints can be inspected by this tool "
+                              "(copy it locally, or point storage_root at a local path)")
+    return Path(s)
+
+
+def batch_ids(log_dir: Path) -> list[int]:
+    """Batch ids with a file in ``offsets/`` or ``commits/`` (hidden .crc and temp files skipped)."""
+    if not log_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in log_dir.iterdir() if BATCH_FILE.match(p.name) and p.is_file())
+
+
+def read_log_file(path: Path, kind: str) -> tuple[str, list[Any]]:
+    """``(version, entries)`` of an offsets or commits file; raises CheckpointError saying what is wrong.
+
+    offsets: entries = [metadata dict, source offset (dict, or None for "-"), ...]
+    commits: entries = [commit metadata dict]
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    if not raw.strip():
+        raise CheckpointError(f"{path}: empty {kind} file (truncated write?)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not UTF-8 text; not a {kind} log file") from None
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if not re.match(r"^v\d+$", lines[0].strip()):
+        raise CheckpointError(f"{path}: first line is {lines[0][:40]!r}, expected a version such as 'v1'")
+    version, body = lines[0].strip(), lines[1:]
+    minimum = 2 if kind == "offsets" else 1
+    if len(body) < minimum:
+        raise CheckpointError(
+            f"{path}: truncated {kind} file: {len(body)} line(s) after {version}, expected at least {minimum} "
+            + ("(metadata + one line per source)" if kind == "offsets" else "(commit metadata)"))
+    entries: list[Any] = []
+    for i, line in enumerate(body, start=2):
+        if kind == "offsets" and i > 2 and line.strip() == "-":
+            entries.append(None)
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{path}: line {i} is not valid JSON ({e.msg} at column {e.colno}); "
+                                  "the file is corrupt or truncated") from None
+        if not isinstance(value, dict):
+            raise CheckpointError(f"{path}: line {i} is JSON {type(value).__name__}, expected an object")
+        entries.append(value)
+    return version, entries
+
+
+def read_query_id(checkpoint: Path) -> str:
+    meta = checkpoint / "metadata"
+    if not meta.is_file():
+        raise CheckpointError(f"{meta}: missing (the query id lives here)")
+    try:
+        data = json.loads(meta.read_text().strip().split("\n")[0])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, IndexError) as e:
+        raise CheckpointError(f"{meta}: unreadable ({e})") from None
+    if not isinstance(data, dict) or not data.get("id"):
+        raise CheckpointError(f"{meta}: has no query id")
+    return str(data["id"])
+
+
+def source_offsets(entries: list[Any]) -> dict[str, dict[int, int]]:
+    """Merge the per-source offset lines of an offsets file into ``{topic: {partition: offset}}``."""
+    out: dict[str, dict[int, int]] = {}
+    for src in entries[1:]:
+        if not src:
+            continue
+        for topic, parts in src.items():
+            if isinstance(parts, dict):
+                out.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+    return out
+
+
+def checkpoint_query_id(checkpoint: str) -> str:
+    """The streaming query's id, which Spark writes to ``<checkpoint>/metadata`` when it starts
+    and keeps across restarts; a fresh checkpoint gets a new one."""
+    return read_query_id(local_path(checkpoint))

@@ -1,0 +1,65 @@
+"""The maintenance hold: a file that says "a replay owns this pipeline's checkpoint now".
+
+While held, supervisors neither start nor restart the stream process, scheduled increments skip,
+and the stream refuses to start. A hold left by a dead process is stale and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jobs.settings import Settings, settings
+from jobs.spec import JoinSpec
+from jobs.storage.processes import pid_alive
+
+log = logging.getLogger("joinshift.hold")
+
+
+def supervisor_dir(spec: JoinSpec, s: Settings | None = None) -> Path:
+    """Where a pipeline's supervision files live (pid file, hold, supervision state)."""
+    return Path((s or settings()).path("supervisor", spec.pipeline))
+
+
+def hold_file(spec: JoinSpec, s: Settings | None = None) -> Path:
+    return supervisor_dir(spec, s) / "hold.json"
+
+
+def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | None:
+    """The hold a maintenance job (a replay) put on the pipeline, if its process still lives.
+    A hold left by a dead process is stale: it is ignored (and said so in the log)."""
+    try:
+        rec = json.loads(hold_file(spec, s).read_text())
+    except (OSError, ValueError):
+        return None
+    if pid_alive(rec.get("pid")):
+        return rec
+    log.warning("ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"),
+                rec.get("reason"))
+    return None
+
+
+@contextlib.contextmanager
+def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[None]:
+    """While held, supervisors neither start nor restart the pipeline's stream process and
+    scheduled increments skip: a replay owns the checkpoint folder. Two holds conflict."""
+    other = current_hold(spec, s)
+    if other is not None and other.get("pid") != os.getpid():
+        raise RuntimeError(f"{spec.pipeline} is already held by pid {other['pid']} since {other.get('since')}: "
+                           f"{other.get('reason')}")
+    path = hold_file(spec, s)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    since = datetime.fromtimestamp(time.time(), timezone.utc).isoformat(timespec="milliseconds")
+    path.write_text(json.dumps({"pid": os.getpid(), "since": since, "reason": reason}) + "\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

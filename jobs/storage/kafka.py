@@ -1,0 +1,264 @@
+"""The one door to Kafka: every client joinshift opens (Spark's source, kafka-python consumers,
+producers and the admin client) is made here, with one set of timeouts.
+
+Where Kafka is: the ``kafka_bootstrap`` setting; when it is empty, the address the embedded
+broker (``joinshift kafka start``) recorded in ``<kafka_home>/state.json``, if it still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.settings import Settings, settings
+from jobs.storage.processes import pid_alive
+
+log = logging.getLogger("joinshift.kafka")
+
+#: One timeout policy for every kafka-python client (ms).
+REQUEST_TIMEOUT_MS = 10_000
+BOOTSTRAP_TIMEOUT_MS = 5_000
+
+_LONG_MAX = 9223372036854775807
+#: Configs set on every topic joinshift creates: simulated, days-old records are kept and accepted
+#: even where the cluster's defaults would delete or refuse them.
+TOPIC_CONFIGS: dict[str, str] = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.before.max.ms": str(_LONG_MAX),
+    "message.timestamp.after.max.ms": str(_LONG_MAX),
+}
+
+Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
+
+
+class KafkaUnavailable(RuntimeError):
+    """No Kafka to talk to; the message says how to point joinshift at one."""
+
+
+def bootstrap_servers(s: Settings | None = None) -> str:
+    """Where jobs find Kafka: the configured cluster, else the running embedded broker.
+
+    Never starts a broker itself: a job silently spawning a JVM would hide a forgotten
+    set-up step and leave processes behind.
+    """
+    s = s if s is not None else settings()
+    if s.kafka_bootstrap:
+        return s.kafka_bootstrap
+    try:
+        state = json.loads((Path(s.kafka_home) / "state.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    if state.get("bootstrap") and pid_alive(state.get("pid")):
+        return str(state["bootstrap"])
+    raise KafkaUnavailable(
+        f"No Kafka broker: the embedded broker in {s.kafka_home} is not running. "
+        "Start it with `joinshift kafka start`, "
+        "or point at an existing cluster with JOINSHIFT_KAFKA_BOOTSTRAP=host:port."
+    )
+
+
+# ------------------------------------------------------------------ kafka-python clients
+
+@contextlib.contextmanager
+def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config: Any) -> Iterator[Any]:
+    """A kafka-python consumer that commits nothing, closed on exit."""
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                      request_timeout_ms=max(timeout_ms, 1000) + 1000, bootstrap_timeout_ms=timeout_ms, **config)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def partitions(c: Any, topic: str) -> list[Any]:
+    """The topic's partitions as TopicPartitions, sorted; [] when the topic does not exist."""
+    from kafka import TopicPartition
+
+    return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+
+
+def end_offsets(bootstrap: str, topics: list[str], timeout_ms: int = BOOTSTRAP_TIMEOUT_MS) -> Offsets:
+    """``{topic: {partition: end offset}}`` (the offset the next record will get)."""
+    with consumer(bootstrap, timeout_ms=timeout_ms) as c:
+        out: Offsets = {}
+        for topic in topics:
+            tps = partitions(c, topic)
+            ends = c.end_offsets(tps) if tps else {}
+            out[topic] = {tp.partition: int(off) for tp, off in ends.items()}
+        return out
+
+
+def topic_offsets(bootstrap: str) -> dict[str, dict[str, Any]]:
+    """``{topic: {"partitions": n, "end_offsets": {partition: offset}}}``, internal topics left out."""
+    with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS) as c:
+        out: dict[str, dict[str, Any]] = {}
+        for topic in sorted(c.topics()):
+            tps = partitions(c, topic)
+            ends = c.end_offsets(tps) if tps else {}
+            out[topic] = {"partitions": len(tps),
+                          "end_offsets": {str(tp.partition): off for tp, off in sorted(ends.items())}}
+        return out
+
+
+def lag(read: Offsets, ends: Offsets) -> int:
+    """Records in ``ends`` not read yet by a reader at ``read``."""
+    return sum(max(0, end - read.get(topic, {}).get(p, 0)) for topic, parts in ends.items()
+               for p, end in parts.items())
+
+
+def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float = 5) -> dict[str, int]:
+    """Per topic with unread records (``read`` < ``ends``), the record timestamp (ms) of the oldest
+    record not read yet: one consumer seeks every lagging partition and fetches its first record.
+    A topic nothing could be fetched from in ``timeout_s`` is left out (age unknown)."""
+    import time
+
+    from kafka import TopicPartition
+
+    behind = [TopicPartition(t, p) for t, parts in ends.items() for p, end in parts.items()
+              if end > read.get(t, {}).get(p, 0)]
+    if not behind:
+        return {}
+    oldest: dict[Any, int] = {}
+    with consumer(bootstrap, timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000)) as c:
+        c.assign(behind)
+        for tp in behind:
+            c.seek(tp, read.get(tp.topic, {}).get(tp.partition, 0))
+        deadline = time.time() + timeout_s
+        while len(oldest) < len(behind) and time.time() < deadline:
+            for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
+                if recs and tp not in oldest:
+                    oldest[tp] = recs[0].timestamp
+                    c.pause(tp)
+    out: dict[str, int] = {}
+    for tp, ts in oldest.items():
+        out[tp.topic] = min(ts, out.get(tp.topic, ts))
+    return out
+
+
+class RetentionGap(RuntimeError):
+    """Kafka no longer holds the records a replay needs."""
+
+
+def offsets_for_time(bootstrap: str, topic: str, start: datetime) -> dict[str, int]:
+    """Per partition, the first offset whose timestamp is >= start; :class:`RetentionGap` when
+    retention deleted records from ``start`` on (offsets-for-times would quietly answer with the
+    earliest retained record instead)."""
+    with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS, client_id="joinshift-replay") as c:
+        tps = partitions(c, topic)
+        if not tps:
+            raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
+        start_ms = int(start.timestamp() * 1000)
+        found = c.offsets_for_times({tp: start_ms for tp in tps})
+        earliest = c.beginning_offsets(tps)
+        latest = c.end_offsets(tps)
+        out = {}
+        for tp in tps:
+            if earliest[tp] > 0:
+                # records were deleted: is the oldest one still older than what we need?
+                c.assign([tp])
+                c.seek(tp, earliest[tp])
+                first = next(iter(c.poll(timeout_ms=5000, max_records=1).get(tp, [])), None)
+                if first is None or first.timestamp > start_ms:
+                    oldest = datetime.fromtimestamp(first.timestamp / 1000, timezone.utc) if first else None
+                    raise RetentionGap(
+                        f"{topic}[{tp.partition}] no longer holds records from {start.isoformat()}: the oldest "
+                        f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; the window "
+                        "cannot be rebuilt from Kafka. Rebuild it from the landed Delta tables instead "
+                        "(land the days, then run the batch join for them) or choose a later cut-over")
+            hit = found.get(tp)
+            out[str(tp.partition)] = hit.offset if hit is not None else latest[tp]
+        return out
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    """Creates ``name`` unless it exists; safe to call from every job that writes to it.
+
+    Retention and timestamp configs are set on the topic itself (:data:`TOPIC_CONFIGS`).
+    Replication is the cluster's default (1 on the embedded broker).
+    """
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3 * REQUEST_TIMEOUT_MS)
+    try:
+        try:
+            admin.create_topics(
+                {name: {"num_partitions": partitions, "replication_factor": -1, "configs": TOPIC_CONFIGS}},
+                wait_for_metadata=True,
+            )
+            log.info("Created topic %s (%d partitions)", name, partitions)
+        except TopicAlreadyExistsError:
+            existing = admin.describe_topics([name])
+            n = len(existing[0].get("partitions") or []) if existing else None
+            if n is not None and n != partitions:
+                log.warning("Topic %s already exists with %s partitions (asked for %s)", name, n, partitions)
+            else:
+                log.debug("Topic %s already exists", name)
+    finally:
+        admin.close()
+
+
+def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
+    """KafkaProducer settings for publishing: batching, zstd, acks=all, idempotent (ordered)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "acks": "all",
+        "compression_type": "zstd",
+        "linger_ms": 20,
+        "batch_size": 256 * 1024,
+        "max_request_size": 8 * 1024 * 1024,
+        "enable_idempotence": True,
+        "client_id": "joinshift-workload",
+        **overrides,
+    }
+
+
+def producer(bootstrap: str, **overrides: Any) -> Any:
+    """A KafkaProducer with :func:`producer_config`; the caller flushes and closes it."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**producer_config(bootstrap, **overrides))
+
+
+# ------------------------------------------------------------------ Spark's Kafka source
+
+def read_stream(spark: SparkSession, bootstrap: str, topic: str, max_offsets_per_trigger: int | None = None,
+                starting_offsets: str = "earliest") -> DataFrame:
+    """Spark's Kafka source over one topic, failing (not skipping) when records were deleted."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", "true")
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()
+
+
+def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int) -> DataFrame:
+    """A batch read of the records of ``topic`` with timestamps in ``[start_ms, end_ms)``."""
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingTimestamp", str(start_ms))
+        .option("endingTimestamp", str(end_ms))
+        .option("startingOffsetsByTimestampStrategy", "latest")
+        .load()
+        .where((F.col("timestamp") >= F.timestamp_millis(F.lit(start_ms)))
+               & (F.col("timestamp") < F.timestamp_millis(F.lit(end_ms))))
+    )

@@ -1,0 +1,107 @@
+"""The progress log: every micro-batch's progress as a JSON line, written as it happens.
+
+Restart tooling, attribution, recommendation and reports read it (rates, state rows and memory,
+watermark, rows dropped by the watermark, source offsets per batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger("joinshift.progress")
+
+#: The streaming queries of a pipeline, by name (each has its checkpoint and progress log).
+JOIN_QUERY, QUARANTINE_QUERY = "stream_join", "stream_quarantine"
+
+
+class ProgressRecorder(StreamingQueryListener):
+    """Appends every micro-batch's progress as a JSON line to the log of its query."""
+
+    def __init__(self, paths: dict[str, str]):
+        self._paths = paths  # query name -> jsonl path
+        self._lock = threading.Lock()
+        for p in paths.values():
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's callback names)
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        p = event.progress
+        path = self._paths.get(p.name or "")
+        if path:
+            with self._lock, open(path, "a") as f:
+                f.write(p.json.replace("\n", " ") + "\n")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        if event.exception:
+            log.error("streaming query %s failed: %s", event.id, event.exception)
+
+
+_RECORDERS: dict[tuple[int, str], ProgressRecorder] = {}
+
+
+def ensure_recorder(spark: SparkSession, paths: dict[str, str]) -> None:
+    """One listener per session and set of logs, however often queries are (re)started."""
+    key = (id(spark), json.dumps(paths, sort_keys=True))
+    if key not in _RECORDERS:
+        _RECORDERS[key] = ProgressRecorder(paths)
+        spark.streams.addListener(_RECORDERS[key])
+
+
+def read_progress(path: str) -> list[dict[str, Any]]:
+    """Every micro-batch's progress in a log, oldest first ([] when there is none yet)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def last_progress(path: str) -> dict[str, Any] | None:
+    """The last complete line of a progress log (cheap: reads the file's tail)."""
+    p = Path(path)
+    if not p.exists():
+        return None
+    with open(p, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 256_000))
+        lines = f.read().splitlines()
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            return json.loads(line)
+    return None
+
+
+def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """``{topic: {partition: offset}}`` a micro-batch read up to (its sources' end offsets)."""
+    done: dict[str, dict[int, int]] = {}
+    for src in progress.get("sources", []):
+        end = src.get("endOffset") or {}
+        end = json.loads(end) if isinstance(end, str) else end
+        for topic, parts in end.items():
+            for part, off in parts.items():
+                done.setdefault(topic, {})[int(part)] = int(off)
+    return done
+
+
+def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
+    """The latest event-time watermark (epoch ms) in a progress log."""
+    for p in reversed(progress):
+        wm = (p.get("eventTime") or {}).get("watermark")
+        if wm:
+            return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+    return None
