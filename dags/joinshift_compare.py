@@ -1,9 +1,12 @@
 """
-### joinshift: daily compare
+### joinshift: compare
 
-Waits until the batch baselines of the ds exist (including `batch_1d_2d`, which needs the next
-day landed) and the stream's watermark passed the end of the ds, then writes one metrics row
-per variant: left events, matched left, match rate, and the window-boundary delta percentiles.
+Scheduled by the `joinshift_batch_outputs` and `joinshift_stream_output` assets (a batch join
+or a stream increment finished): for every landed ds whose batch baselines all exist (including
+`batch_1d_2d`, which needs the next day landed) and that the stream is done with, write one
+metrics row per variant: left events, matched left, match rate, and the window-boundary delta
+percentiles. Updates `joinshift_match_metrics` with the days compared. A manual run with a
+logical date compares that ds.
 """
 
 from __future__ import annotations
@@ -11,38 +14,31 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag, task
-
-SPEC = "include/specs/search_sessions.yaml"
+from airflow.sdk import Asset, Param, dag, task
 
 
 @dag(
     dag_id="joinshift_compare",
-    schedule="@daily",
+    schedule=Asset("joinshift_batch_outputs") | Asset("joinshift_stream_output"),
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
     tags=["joinshift", "accuracy"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=10)},
-    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)")},
+    params={"spec": Param("", type="string", description="join spec YAML from the project root; empty: the default")},
     doc_md=__doc__,
 )
 def joinshift_compare():
-    @task.sensor(poke_interval=600, timeout=2 * 86400, mode="reschedule")
-    def wait_for_batch_and_stream(params=None, ds=None) -> bool:
-        """True once every batch variant for ds exists and the stream has moved past ds."""
-        from jobs import airflow_tasks
-
-        return airflow_tasks.inputs_ready(params["spec"], ds)
-
-    @task
-    def compare(params=None, ds=None) -> list[dict]:
+    @task(outlets=[Asset("joinshift_match_metrics")])
+    def compare(params=None, ds=None, *, outlet_events=None) -> list[str]:
         """Match rates of the four variants and boundary deltas, to the metrics table."""
         from jobs import airflow_tasks
 
-        return airflow_tasks.compare(params["spec"], ds)
+        days = airflow_tasks.compare_ready(params["spec"], ds)
+        outlet_events[Asset("joinshift_match_metrics")].extra = {"days": days}
+        return days
 
-    wait_for_batch_and_stream() >> compare()
+    compare()
 
 
 joinshift_compare()

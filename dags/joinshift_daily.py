@@ -5,6 +5,7 @@ For the ds that just ended: land both Kafka topics into their Hive-style daily t
 (partitioned by arrival date, bad records to quarantine), then run the paper's batch baselines:
 `batch_1d_1d` and `batch_1d_windowed` for this ds, and `batch_1d_2d` for the ds whose
 neighbouring day has now landed (the day before, when the window reaches past midnight).
+Each batch join updates the `joinshift_batch_outputs` asset, which schedules `joinshift_compare`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag, task
-
-SPEC = "include/specs/search_sessions.yaml"
+from airflow.sdk import Asset, Param, dag, task
 
 
 @dag(
@@ -25,7 +24,7 @@ SPEC = "include/specs/search_sessions.yaml"
     max_active_runs=1,
     tags=["joinshift", "batch"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
-    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)")},
+    params={"spec": Param("", type="string", description="join spec YAML from the project root; empty: the default")},
     doc_md=__doc__,
 )
 def joinshift_daily():
@@ -36,9 +35,9 @@ def joinshift_daily():
 
         return airflow_tasks.land(params["spec"], ds, side)
 
-    @task
+    @task(outlets=[Asset("joinshift_batch_outputs")])
     def batch_join(variant: str, params=None, ds=None) -> dict:
-        """One batch baseline, idempotent per ds partition."""
+        """One batch baseline, idempotent per ds partition; updates `joinshift_batch_outputs`."""
         from jobs import airflow_tasks
 
         return airflow_tasks.batch(params["spec"], ds, variant)

@@ -18,8 +18,6 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, task
 
-SPEC = "include/specs/search_sessions.yaml"
-
 
 @dag(
     dag_id="joinshift_replay",
@@ -30,7 +28,7 @@ SPEC = "include/specs/search_sessions.yaml"
     tags=["joinshift", "stream", "recovery"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     params={
-        "spec": Param(SPEC, type="string", description="join spec YAML the new run uses (path from the project root)"),
+        "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
         "cutover": Param(type="string", format="date-time",
                          description="ISO-8601 instant from which the new run owns the output, e.g. 2026-11-20T06:00:00Z"),
     },

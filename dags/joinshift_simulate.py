@@ -15,9 +15,6 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, task
 
-SPEC = "include/specs/search_sessions.yaml"
-WORKLOAD = "include/workloads/search_sessions.yaml"
-
 
 @dag(
     dag_id="joinshift_simulate",
@@ -28,8 +25,8 @@ WORKLOAD = "include/workloads/search_sessions.yaml"
     tags=["joinshift", "simulation"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     params={
-        "spec": Param(SPEC, type="string", description="join spec YAML"),
-        "workload": Param(WORKLOAD, type="string", description="workload parameters YAML"),
+        "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
+        "workload": Param("", type="string", description="workload parameters YAML; empty: the default"),
         "slice_minutes": Param(30, type="integer", minimum=1, description="simulated minutes per slice"),
     },
     doc_md=__doc__,

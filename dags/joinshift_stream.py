@@ -3,7 +3,8 @@
 
 Every few minutes, run the streaming interval join as an `availableNow` increment: read what
 Kafka has beyond the checkpoint, join it, append new rows to the Delta output exactly once,
-stop. Watermarks, state and offsets carry over in the checkpoint between increments.
+stop. Watermarks, state and offsets carry over in the checkpoint between increments. Each
+increment updates the `joinshift_stream_output` asset, which schedules `joinshift_compare`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import Param, dag, task
-
-SPEC = "include/specs/search_sessions.yaml"
+from airflow.sdk import Asset, Param, dag, task
 
 
 @dag(
@@ -24,11 +23,11 @@ SPEC = "include/specs/search_sessions.yaml"
     max_active_runs=1,
     tags=["joinshift", "stream"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
-    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)")},
+    params={"spec": Param("", type="string", description="join spec YAML from the project root; empty: the default")},
     doc_md=__doc__,
 )
 def joinshift_stream():
-    @task
+    @task(outlets=[Asset("joinshift_stream_output")])
     def stream_increment(params=None) -> dict:
         """Process everything available in Kafka, then stop (Spark `availableNow`)."""
         from jobs import airflow_tasks

@@ -18,7 +18,6 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, PokeReturnValue, dag, task
 
-SPEC = "include/specs/search_sessions.yaml"
 log = logging.getLogger("joinshift.alerts")
 
 
@@ -36,7 +35,7 @@ def alert_on_failure(context) -> None:
     max_active_runs=1,
     tags=["joinshift", "stream", "supervision"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": alert_on_failure},
-    params={"spec": Param(SPEC, type="string", description="join spec YAML (path from the project root)"),
+    params={"spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
             "watch_minutes": Param(9, type="number", minimum=0, description="how long this run watches")},
     doc_md=__doc__,
 )

@@ -1,7 +1,13 @@
 """What Airflow tasks call: one function per task, spec path and ds in, a small summary out.
 
 Each function opens (or reuses) the process's Spark session and returns JSON-friendly dicts,
-which Airflow keeps as XCom and shows in the UI. DAG files stay wiring only.
+which Airflow keeps as XCom and shows in the UI. DAG files stay wiring only. An empty spec path
+means the default spec (:data:`jobs.spec.DEFAULT_SPEC`), defined once there.
+
+DAGs chain by Airflow Assets: ``joinshift_daily`` updates ``joinshift_batch_outputs``,
+``joinshift_stream`` ``joinshift_stream_output``; either schedules ``joinshift_compare``, which
+compares every ds whose inputs are complete and updates ``joinshift_match_metrics`` naming those
+days, which schedules ``joinshift_report`` for them.
 """
 
 from __future__ import annotations
@@ -9,16 +15,14 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict
 from datetime import date, timedelta
-from pathlib import Path
 
-from jobs.settings import PROJECT_ROOT
-from jobs.spec import JoinSpec, load_spec
+from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
 
-log = logging.getLogger("joinshift.orchestration")
+log = logging.getLogger("joinshift.airflow_tasks")
 
-#: Called with (slices done, slices total, slice end epoch ms) while a simulation runs in this
-#: process; the demo hangs its progress bar here.
-SLICE_LISTENERS: list = []
+#: The ``extra`` key of a simulation's per-slice log records: (slices done, slices total, slice end
+#: epoch ms). A progress display attaches a logging handler to this module's logger to follow it.
+SLICE_PROGRESS = "joinshift_slice"
 
 
 def _utc(ms: int) -> str:
@@ -27,13 +31,8 @@ def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def spec_path(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else PROJECT_ROOT / p
-
-
-def _spec(path: str) -> JoinSpec:
-    return load_spec(spec_path(path))
+def _spec(path: str | None) -> JoinSpec:
+    return load_spec(spec_path(path or None))
 
 
 def _spark():
@@ -113,6 +112,48 @@ def compare(spec: str, ds: str) -> list[dict]:
     return [{k: (str(v) if isinstance(v, date) else v) for k, v in r.items()} for r in rows]
 
 
+def pending_compare_days(spec: str) -> list[str]:
+    """Landed left days with no complete match metrics yet (what an asset-triggered compare does)."""
+    from pyspark.sql import functions as F
+
+    from jobs.join.variants import VARIANTS
+    from jobs.steps.batch import landed_days
+    from jobs.storage import delta_io
+    from jobs.storage.tables import Tables
+
+    join_spec, spark = _spec(spec), _spark()
+    tables = Tables.of(join_spec)
+    done: set[date] = set()
+    if delta_io.table_exists(spark, tables.match_metrics):
+        rows = (delta_io.read_table(spark, tables.match_metrics).groupBy("ds")
+                .agg(F.countDistinct("variant").alias("n")).collect())
+        done = {r.ds for r in rows if r.n >= len(VARIANTS)}
+    return [str(d) for d in landed_days(spark, tables, "left") if d not in done]
+
+
+def compare_ready(spec: str, ds: str | None) -> list[str]:
+    """Compare ``ds``, or (no ds: an asset-triggered run) every pending day, when its inputs are
+    complete; returns the days compared (the report's days)."""
+    days = [ds] if ds else pending_compare_days(spec)
+    compared = []
+    for day in days:
+        if inputs_ready(spec, day):
+            compare(spec, day)
+            compared.append(str(day))
+        else:
+            log.info("ds=%s: batch variants or the stream not complete yet; compared when they are", day)
+    return compared
+
+
+def days_of_events(events: object) -> list[str]:
+    """The days named in the ``extra`` of the asset events that triggered a run (``{"days": [...]}``)."""
+    days: set[str] = set()
+    for evs in (dict(events) if events else {}).values():
+        for ev in evs:
+            days.update((getattr(ev, "extra", None) or {}).get("days", []))
+    return sorted(days)
+
+
 def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     """Generate the workload and replay it into Kafka as simulated real time, stream running."""
     from jobs.storage.kafka import bootstrap_servers
@@ -120,34 +161,15 @@ def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     from jobs.workload.generator import generate, load_workload
 
     join_spec = _spec(spec)
-    wl = generate(load_workload(spec_path(workload)), join_spec)
+    wl = generate(load_workload(spec_path(workload or DEFAULT_WORKLOAD)), join_spec)
 
     def progress(done: int, total: int, end_ms: int) -> None:
-        for listener in SLICE_LISTENERS:
-            listener(done, total, end_ms)
-        if done == total or done % max(1, total // 10) == 0:
-            log.info("simulated real time: slice %d/%d (arrivals up to %s)", done, total, _utc(end_ms))
+        log.info("simulated real time: slice %d/%d (arrivals up to %s)", done, total, _utc(end_ms),
+                 extra={SLICE_PROGRESS: (done, total, end_ms)})
 
     result = simulate_live(_spark(), join_spec, wl.records, bootstrap=bootstrap_servers(),
                            slice_minutes=slice_minutes, on_slice=progress)
     return asdict(result)
-
-
-def metrics_ready(spec: str, ds: str) -> bool:
-    """The report may run once compare wrote all four variants for ds."""
-    from pyspark.sql import functions as F
-
-    from jobs.storage import delta_io
-    from jobs.join.variants import VARIANTS
-    from jobs.storage.tables import Tables
-
-    join_spec, spark = _spec(spec), _spark()
-    path = Tables.of(join_spec).match_metrics
-    if not delta_io.table_exists(spark, path):
-        return False
-    got = {r[0] for r in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(_ds(ds)))
-           .select("variant").collect()}
-    return set(VARIANTS) <= got
 
 
 def quality_gates(spec: str, ds: str) -> list[dict]:
@@ -176,7 +198,7 @@ def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
     is over, a summary for XCom)."""
     from jobs.operate.supervisor import log_alert, supervise_step
 
-    path = spec_path(spec)
+    path = spec_path(spec or None)
     done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
     if report.gave_up or (report.last or {}).get("state") == "backlogged":  # this poke's state
         raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")

@@ -13,7 +13,6 @@ Run one ds::
 
 from __future__ import annotations
 
-import argparse
 from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
@@ -129,22 +128,3 @@ def render_table(metrics: list[dict]):
                   "—" if pp is None else f"{pp:+.2f}",
                   _dur(r.get("stream_to_lower_p99")), _dur(r.get("stream_to_upper_p99")))
     return t
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, help="join spec YAML")
-    p.add_argument("--ds", required=True, type=date.fromisoformat, action="append", help="YYYY-MM-DD (repeatable)")
-    args = p.parse_args(argv)
-    from rich.console import Console
-
-    from jobs.storage.spark import get_spark
-
-    spec, spark = load_spec(args.spec), get_spark("joinshift-compare")
-    rows = [m for ds in args.ds for m in compare_ds(spark, spec, ds)]
-    Console(width=max(140, Console().width)).print(render_table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

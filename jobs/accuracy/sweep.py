@@ -48,14 +48,12 @@ values joined by ``|``; units ms/s/m/h/d, compound like ``-4h30m``; a bare ``0``
 
 Command line (reads the landed tables; prints one line per ds × candidate)::
 
-    python -m jobs.window_sweep --spec include/specs/search_sessions.yaml --ds 2026-11-20 \\
+    joinshift sweep --ds 2026-11-20 \\
         --grid "lower=-6h..0/30m,upper=0..6h/30m" [--right-days same|neighbours]
 """
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from functools import reduce
@@ -69,15 +67,14 @@ from pyspark.sql import functions as F
 from jobs.join.columns import col_name
 from jobs.join.conditions import key_condition, window_condition
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, format_duration, load_spec
+from jobs.spec import JoinSpec, format_duration
+from jobs.spec.duration import duration_seconds
 
 #: Columns of :func:`sweep`'s result, one row per ds × candidate.
 RESULT_COLUMNS = ("ds", "lower_s", "upper_s", "left_events", "matched_left", "match_rate", "pairs")
 RIGHT_DAYS = ("all", "same", "neighbours")
 
 _US = 1_000_000
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class GridError(ValueError):
@@ -89,33 +86,17 @@ class GridError(ValueError):
 
 def _seconds(value: object, what: str) -> int:
     """Whole seconds of an int, a timedelta or a duration text (``-3h``, ``-4h30m``, ``0``)."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, timedelta)):
         raise GridError(f"{what}: {value!r} is not a duration")
-    if isinstance(value, timedelta):
-        secs = value.total_seconds()
-    elif isinstance(value, (int, float)):
-        secs = float(value)
-    elif isinstance(value, str):
-        secs = _parse_duration_text(value, what)
-    else:
-        raise GridError(f"{what}: {value!r} is not a duration")
+    try:
+        secs = duration_seconds(value)
+    except ValueError:
+        raise GridError(
+            f"{what}: {value!r} is not a duration; write a signed number with a unit (ms, s, m, h, d), "
+            "e.g. -6h, 30m, -4h30m, or a bare 0") from None
     if secs != int(secs):
         raise GridError(f"{what}: {value!r} is not a whole number of seconds")
     return int(secs)
-
-
-def _parse_duration_text(text: str, what: str) -> float:
-    t = text.strip()
-    sign = -1 if t.startswith("-") else 1
-    body = t.lstrip("+-").strip()
-    if body == "0":
-        return 0.0
-    parts = _PART.findall(body)
-    if not body or not parts or "".join(n + u for n, u in parts) != body:
-        raise GridError(
-            f"{what}: {text!r} is not a duration; write a signed number with a unit (ms, s, m, h, d), "
-            "e.g. -6h, 30m, -4h30m, or a bare 0")
-    return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
 def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[tuple[int, int]]:
@@ -433,33 +414,3 @@ def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candi
         out = pd.concat([out, pd.DataFrame(fill, columns=list(RESULT_COLUMNS))], ignore_index=True)
         out = out.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.window_sweep", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", required=True, help="join spec YAML")
-    p.add_argument("--ds", required=True, type=date.fromisoformat, action="append",
-                   help="left partition, YYYY-MM-DD (repeatable)")
-    p.add_argument("--grid", default="lower=-6h..0/30m,upper=0..6h/30m",
-                   help='candidate windows, e.g. "lower=-6h..0h/30m,upper=0..6h/30m" (default)')
-    p.add_argument("--right-days", choices=("same", "neighbours"), default="same",
-                   help="same: right ds = left ds (batch_1d_windowed); neighbours: also ds-1/ds+1")
-    args = p.parse_args(argv)
-    try:
-        candidates = parse_grid(args.grid)
-    except GridError as exc:
-        p.error(str(exc))
-    from jobs.storage.spark import get_spark
-
-    spec = load_spec(args.spec)
-    spark = get_spark("joinshift-window-sweep")
-    out = sweep_ds(spark, spec, args.ds, candidates, right_days=args.right_days)
-    out.insert(3, "window", [format_candidate(a, b) for a, b in zip(out.lower_s, out.upper_s)])
-    with pd.option_context("display.max_rows", None, "display.width", 160):
-        print(out.to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

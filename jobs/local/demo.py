@@ -73,8 +73,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     _quiet_logs()
     _ensure_airflow_db(env)
     from jobs import airflow_tasks
-    from jobs.spec import spec_path
-    from jobs.spec import load_spec
+    from jobs.spec import load_spec, spec_path
     from jobs.workload.generator import load_workload
 
     s = settings()
@@ -132,11 +131,22 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
             label = datetime.fromtimestamp(end_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
             progress.update(task_id, completed=done, total=total, description=f"stream ⟵ arrivals to {label}")
 
-        airflow_tasks.SLICE_LISTENERS.append(on_slice)
+        class SliceProgress(logging.Handler):  # the simulation logs every slice with its position
+            def emit(self, record: logging.LogRecord) -> None:
+                if hasattr(record, airflow_tasks.SLICE_PROGRESS):
+                    on_slice(*getattr(record, airflow_tasks.SLICE_PROGRESS))
+
+        handler, task_log = SliceProgress(), logging.getLogger(airflow_tasks.log.name)
+        level, propagate = task_log.level, task_log.propagate
+        task_log.addHandler(handler)
+        task_log.setLevel(logging.INFO)  # whatever level Airflow's logging set for the console
+        task_log.propagate = verbose     # the bar shows the slices; -v prints them too
         try:
             run_dag("joinshift_simulate", None, {**conf, "workload": workload_file, "slice_minutes": slice_minutes})
         finally:
-            airflow_tasks.SLICE_LISTENERS.remove(on_slice)
+            task_log.removeHandler(handler)
+            task_log.setLevel(level)
+            task_log.propagate = propagate
 
     console.print(f"[bold]2/4[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
                   f"for {', '.join(map(str, arrival_days))}")
@@ -175,7 +185,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     if rec_file.exists():
         import json
 
-        from jobs.report.render import fmt_duration
+        from jobs.spec import fmt_duration
 
         rec = json.loads(rec_file.read_text())
         c = rec["chosen"]

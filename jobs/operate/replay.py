@@ -23,7 +23,6 @@ run owns the output:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -31,14 +30,19 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from jobs.operate.process import stop_stream_process
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, load_spec
+from jobs.spec import JoinSpec
+from jobs.steps.stream import start_streaming_join
+from jobs.storage import kafka
+from jobs.storage.hold import hold
+from jobs.storage.kafka import RetentionGap
+from jobs.storage.progress import JOIN_QUERY
+from jobs.storage.tables import Tables
+
+__all__ = ["RetentionGap", "ReplayPlan", "parse_cutover", "plan_replay", "replay", "replay_start"]
 
 log = logging.getLogger("joinshift.replay")
-
-
-class RetentionGap(RuntimeError):
-    """Kafka no longer holds the records the replay needs."""
 
 
 @dataclass
@@ -56,51 +60,13 @@ def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
     return cutover - timedelta(seconds=spec.window.span_seconds) - spec.side(side).watermark_delay
 
 
-def starting_offsets(bootstrap: str, topic: str, start: datetime) -> dict[str, int]:
-    """Per partition, the first offset whose timestamp is >= start; fails on a retention gap."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, client_id="joinshift-replay")
-    try:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        start_ms = int(start.timestamp() * 1000)
-        found = consumer.offsets_for_times({tp: start_ms for tp in tps})
-        earliest = consumer.beginning_offsets(tps)
-        latest = consumer.end_offsets(tps)
-        out = {}
-        for tp in tps:
-            if earliest[tp] > 0:
-                # records were deleted: is the oldest one still older than what we need?
-                consumer.assign([tp])
-                consumer.seek(tp, earliest[tp])
-                first = next(iter(consumer.poll(timeout_ms=5000, max_records=1).get(tp, [])), None)
-                if first is None or first.timestamp > start_ms:
-                    oldest = datetime.fromtimestamp(first.timestamp / 1000, timezone.utc) if first else None
-                    raise RetentionGap(
-                        f"{topic}[{tp.partition}] no longer holds records from {start.isoformat()}: the oldest "
-                        f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; the window "
-                        "cannot be rebuilt from Kafka. Rebuild it from the landed Delta tables instead "
-                        "(land the days, then run the batch join for them) or choose a later cut-over")
-            hit = found.get(tp)
-            out[str(tp.partition)] = hit.offset if hit is not None else latest[tp]
-        return out
-    finally:
-        consumer.close()
-
-
 def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None = None) -> ReplayPlan:
-    from jobs.storage.progress import JOIN_QUERY
-    from jobs.storage.tables import Tables
-
     starts, offsets = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
         start = replay_start(spec, side, cutover)
         starts[st.topic] = start.isoformat()
-        offsets[st.topic] = starting_offsets(bootstrap, st.topic, start)
+        offsets[st.topic] = kafka.offsets_for_time(bootstrap, st.topic, start)
     return ReplayPlan(cutover.isoformat(), starts, offsets, Tables.of(spec, s).checkpoint(JOIN_QUERY))
 
 
@@ -120,10 +86,6 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     scheduled increments keep off its checkpoint): stop the supervised stream process, back up
     the checkpoint, and catch up from the replay start. The next supervisor check starts the
     stream again from the new checkpoint."""
-    from jobs.steps.stream import start_streaming_join
-    from jobs.storage.hold import hold
-    from jobs.operate.process import stop_stream_process
-
     plan = plan_replay(spec, cutover, bootstrap, s)
     with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}"):
         plan.stopped_pid = stop_stream_process(spec, s)
@@ -143,33 +105,3 @@ def parse_cutover(text: str) -> datetime:
     except ValueError:
         raise ValueError(f"cutover: {text!r} is not an ISO-8601 instant (e.g. 2026-11-20T06:00:00Z)") from None
     return cutover if cutover.tzinfo else cutover.replace(tzinfo=timezone.utc)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.replay", description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, help="join spec YAML (the spec the new run uses)")
-    p.add_argument("--cutover", required=True, help="ISO-8601 instant from which the new run owns the output")
-    p.add_argument("--dry-run", action="store_true", help="check retention and print the plan only")
-    args = p.parse_args(argv)
-    try:
-        cutover = parse_cutover(args.cutover)
-    except ValueError as e:
-        raise SystemExit(f"--{e}") from None
-    from jobs.storage.kafka import bootstrap_servers
-
-    spec = load_spec(args.spec)
-    try:
-        if args.dry_run:
-            print(json.dumps(asdict(plan_replay(spec, cutover, bootstrap_servers())), indent=2))
-            return 0
-        from jobs.storage.spark import get_spark
-
-        print(json.dumps(asdict(replay(get_spark("joinshift-replay"), spec, cutover, bootstrap=bootstrap_servers())),
-                         indent=2))
-    except RetentionGap as exc:
-        raise SystemExit(f"joinshift replay: {exc}") from None
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

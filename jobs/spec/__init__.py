@@ -5,6 +5,7 @@ the settings."""
 from jobs.spec.duration import Duration, fmt_duration, format_duration, parse_duration
 from jobs.spec.model import (
     DEFAULT_SPEC,
+    DEFAULT_WORKLOAD,
     SCHEMA_TYPES,
     AccuracySpec,
     Cardinality,
@@ -26,7 +27,7 @@ from jobs.spec.model import (
 )
 
 __all__ = [
-    "DEFAULT_SPEC", "SCHEMA_TYPES", "AccuracySpec", "Cardinality", "Duration", "JoinOptions", "JoinSpec",
+    "DEFAULT_SPEC", "DEFAULT_WORKLOAD", "SCHEMA_TYPES", "AccuracySpec", "Cardinality", "Duration", "JoinOptions", "JoinSpec",
     "JoinType", "SpecError", "StreamSpec", "StreamingOptions", "TimestampValidity", "UnknownFields",
     "WindowSpec", "fmt_duration", "format_duration", "load_spec", "parse_duration", "parse_spec",
     "read_yaml", "spec_path", "validate_model", "write_spec",

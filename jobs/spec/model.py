@@ -44,6 +44,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: The demo's spec, the default of every command, DAG and runbook (relative to the project root).
 DEFAULT_SPEC = "include/specs/search_sessions.yaml"
+#: The demo's workload parameters (the generator's default).
+DEFAULT_WORKLOAD = "include/workloads/search_sessions.yaml"
 
 
 class SpecError(ValueError):

@@ -36,7 +36,6 @@ arrived match per micro-batch, then an insert-only MERGE keyed by the left id).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import textwrap
@@ -306,27 +305,3 @@ def plan(deployed: JoinSpec, proposed: JoinSpec) -> Plan:
 
 
 # ------------------------------------------------------------------------------- CLI
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m jobs.plan",
-        description="Say whether a spec change can restart the streaming join from its checkpoint "
-                    "(exit 0) or needs a fresh checkpoint and a replay (exit 3).",
-    )
-    p.add_argument("--deployed", required=True, help="the spec the running job uses (YAML)")
-    p.add_argument("--proposed", required=True, help="the spec you want to deploy (YAML)")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    args = p.parse_args(argv)
-    try:
-        deployed = load_spec(args.deployed)
-        proposed = load_spec(args.proposed)
-    except SpecError as exc:
-        print(f"jobs.plan: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    result = plan(deployed, proposed)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
-    return result.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

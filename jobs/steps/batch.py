@@ -15,7 +15,6 @@ Run one ds::
 
 from __future__ import annotations
 
-import argparse
 import logging
 from datetime import date
 
@@ -65,24 +64,3 @@ def ready_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | 
     """The variants whose right-stream partitions for ``ds`` have all landed."""
     landed = landed_days(spark, Tables.of(spec, s), "right")
     return [v for v in BATCH_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.batch_join", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--spec", required=True, help="join spec YAML")
-    p.add_argument("--ds", required=True, type=date.fromisoformat, help="left partition, YYYY-MM-DD")
-    p.add_argument("--variant", choices=BATCH_VARIANTS, action="append",
-                   help="run only this variant (repeatable); default: all three")
-    args = p.parse_args(argv)
-    from jobs.storage.spark import get_spark
-
-    spec = load_spec(args.spec)
-    spark = get_spark("joinshift-batch-join")
-    for v in args.variant or BATCH_VARIANTS:
-        run_variant(spark, spec, v, args.ds)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

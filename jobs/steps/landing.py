@@ -12,7 +12,6 @@ Run one ds::
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -102,22 +101,3 @@ def land_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None =
              bootstrap: str | None = None) -> dict[str, dict]:
     """Land both streams for one ds."""
     return {side: asdict(land_ds(spark, spec, side, ds, s, bootstrap)) for side in ("left", "right")}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.landing", description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, help="join spec YAML")
-    p.add_argument("--ds", required=True, type=date.fromisoformat, help="arrival date to land, YYYY-MM-DD")
-    p.add_argument("--side", choices=("left", "right"), action="append", help="default: both")
-    args = p.parse_args(argv)
-    from jobs.storage.spark import get_spark
-
-    spec = load_spec(args.spec)
-    spark = get_spark("joinshift-landing")
-    for side in args.side or ("left", "right"):
-        print(asdict(land_ds(spark, spec, side, args.ds)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

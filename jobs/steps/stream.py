@@ -15,13 +15,12 @@ Exactly-once into Delta, by the cheapest guard each case needs:
 
 Two run modes from the same code::
 
-    python -m jobs.stream_join --spec include/specs/search_sessions.yaml --available-now   # increments
-    python -m jobs.stream_join --spec include/specs/search_sessions.yaml                   # continuous
+    joinshift stream --available-now   # one increment: what Kafka holds now
+    joinshift stream                   # continuous
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import logging
@@ -229,30 +228,11 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.stream_join", description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, help="join spec YAML")
-    p.add_argument("--available-now", action="store_true",
-                   help="process what is in Kafka now, then stop (an increment); default: run continuously")
-    p.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
-    args = p.parse_args(argv)
-    from jobs.storage.kafka import bootstrap_servers
-    from jobs.storage.spark import get_spark
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    spec = load_spec(args.spec)
-    spark = get_spark("joinshift-stream-join")
-    bootstrap = kafka.bootstrap_servers()
-    if args.available_now:
-        print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
-        return 0
-    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, trigger_interval=args.trigger_interval)
+def run_continuous(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, trigger_interval: str | None = None,
+                   s: Settings | None = None) -> None:
+    """Run the join (and quarantine) queries until one ends; a failed query raises with its error."""
+    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
     spark.streams.awaitAnyTermination()
     for q in queries:
         if q.exception():
-            raise SystemExit(f"streaming query {q.name} failed: {q.exception()}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            raise RuntimeError(f"streaming query {q.name} failed: {q.exception()}")
