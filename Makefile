@@ -1,7 +1,7 @@
 # joinshift: two commands on a fresh machine.
 #   make demo   set up (once) and run the main job on the embedded default
 #   make test   set up (once) and run the whole test suite
-.PHONY: setup demo test test-fast airflow-ui kafka-start kafka-stop bench clean
+.PHONY: setup demo test test-fast lint airflow-ui kafka-start kafka-stop bench clean
 
 VENV := .venv/bin
 
@@ -16,6 +16,11 @@ test: setup
 
 test-fast: setup  ## pure logic only: no broker, no Airflow
 	$(VENV)/python -m pytest -q tests/unit
+
+lint: setup  ## ruff (lint + format) and mypy, configured in pyproject.toml
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/mypy
 
 airflow-ui: setup  ## the Airflow UI on http://localhost:8080 against this project's DAGs
 	$(VENV)/joinshift airflow standalone

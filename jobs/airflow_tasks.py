@@ -13,8 +13,9 @@ days, which schedules ``joinshift_report`` for them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import UTC, date, timedelta
 
 from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
 
@@ -26,9 +27,9 @@ SLICE_PROGRESS = "joinshift_slice"
 
 
 def _utc(ms: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _spec(path: str | None) -> JoinSpec:
@@ -61,8 +62,8 @@ def batch_1d_2d_target(join_spec: JoinSpec, landed: date) -> date:
 
 def batch(spec: str, ds: str, variant: str) -> dict:
     """Run one batch variant. ``batch_1d_2d`` runs for the ds its landed neighbour completes."""
-    from jobs.storage import delta_io
     from jobs.steps.batch import run_variant
+    from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     join_spec, spark = _spec(spec), _spark()
@@ -76,8 +77,8 @@ def batch(spec: str, ds: str, variant: str) -> dict:
 
 
 def stream_increment(spec: str) -> dict:
-    from jobs.storage.kafka import bootstrap_servers
     from jobs.steps.stream import run_increment
+    from jobs.storage.kafka import bootstrap_servers
 
     return run_increment(_spark(), _spec(spec), bootstrap=bootstrap_servers())
 
@@ -87,11 +88,11 @@ def inputs_ready(spec: str, ds: str) -> bool:
     the day: its watermark passed ds's end plus the window's upper bound, or it has read all
     that Kafka holds (a stream's matches are final once their records are read; only left-outer
     nulls wait for the watermark, and they do not count as matches)."""
+    from jobs.join.variants import BATCH_VARIANTS
     from jobs.steps.batch import ready_variants
-    from jobs.storage.kafka import bootstrap_servers
     from jobs.steps.landing import ds_bounds_ms
     from jobs.steps.stream import stream_lag, stream_watermark
-    from jobs.join.variants import BATCH_VARIANTS
+    from jobs.storage.kafka import bootstrap_servers
 
     join_spec, day = _spec(spec), _ds(ds)
     if ready_variants(_spark(), join_spec, day) != list(BATCH_VARIANTS):
@@ -145,10 +146,10 @@ def compare_ready(spec: str, ds: str | None) -> list[str]:
     return compared
 
 
-def days_of_events(events: object) -> list[str]:
+def days_of_events(events: Mapping[object, Iterable[object]] | None) -> list[str]:
     """The days named in the ``extra`` of the asset events that triggered a run (``{"days": [...]}``)."""
     days: set[str] = set()
-    for evs in (dict(events) if events else {}).values():
+    for evs in (events or {}).values():
         for ev in evs:
             days.update((getattr(ev, "extra", None) or {}).get("days", []))
     return sorted(days)
@@ -156,8 +157,8 @@ def days_of_events(events: object) -> list[str]:
 
 def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     """Generate the workload and replay it into Kafka as simulated real time, stream running."""
-    from jobs.storage.kafka import bootstrap_servers
     from jobs.steps.simulate import simulate_live
+    from jobs.storage.kafka import bootstrap_servers
     from jobs.workload.generator import generate, load_workload
 
     join_spec = _spec(spec)
@@ -224,15 +225,15 @@ def _cutover(cutover: str):
 
 def replay_plan(spec: str, cutover: str) -> dict:
     """Where each stream's replay starts; fails naming the gap when Kafka no longer retains it."""
-    from jobs.storage.kafka import bootstrap_servers
     from jobs.operate.replay import plan_replay
+    from jobs.storage.kafka import bootstrap_servers
 
     return asdict(plan_replay(_spec(spec), _cutover(cutover), bootstrap_servers()))
 
 
 def replay(spec: str, cutover: str) -> dict:
     """Rebuild the window into a fresh checkpoint (the old one kept) and own the output from cutover."""
-    from jobs.storage.kafka import bootstrap_servers
     from jobs.operate.replay import replay as run
+    from jobs.storage.kafka import bootstrap_servers
 
     return asdict(run(_spark(), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))

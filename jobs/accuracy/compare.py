@@ -18,11 +18,11 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.storage import delta_io
 from jobs.join.columns import col_name
-from jobs.settings import Settings
-from jobs.spec import JoinSpec, load_spec
 from jobs.join.variants import VARIANTS
+from jobs.settings import Settings
+from jobs.spec import JoinSpec
+from jobs.storage import delta_io
 from jobs.storage.tables import Tables
 
 #: Variants whose matches are bounded by the window, so boundary deltas mean something.

@@ -389,9 +389,9 @@ def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candi
     have landed (checked against the landing log, like the batch joins). A ds without left
     events gets rows with ``left_events`` 0 and a NaN match rate.
     """
-    from jobs.storage import delta_io
-    from jobs.steps.batch import landed_days
     from jobs.join.variants import missing_days
+    from jobs.steps.batch import landed_days
+    from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     if not ds_list:

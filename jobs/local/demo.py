@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from rich.console import Console
@@ -114,7 +114,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
 
     def run_dag(dag_id: str, logical: date | None, run_conf: dict, must_succeed: bool = True) -> bool:
         dag = bag.get_dag(dag_id)
-        when = datetime.combine(logical, datetime.min.time(), timezone.utc) if logical else None
+        when = datetime.combine(logical, datetime.min.time(), UTC) if logical else None
         run = dag.test(logical_date=when, run_conf=run_conf)
         state = str(getattr(run, "state", "")).lower()
         if "success" not in state and must_succeed:
@@ -128,7 +128,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
         task_id = progress.add_task("stream ⟵ publishing", total=None)
 
         def on_slice(done: int, total: int, end_ms: int) -> None:
-            label = datetime.fromtimestamp(end_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+            label = datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
             progress.update(task_id, completed=done, total=total, description=f"stream ⟵ arrivals to {label}")
 
         class SliceProgress(logging.Handler):  # the simulation logs every slice with its position

@@ -40,9 +40,18 @@ import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from jobs.storage.checkpoints import (
+    CheckpointError,
+    batch_ids,
+    local_path,
+    read_log_file,
+    read_query_id,
+    source_offsets,
+)
 
 log = logging.getLogger("joinshift.checkpoint")
 
@@ -432,7 +441,7 @@ def render_inspection(info: dict[str, Any]) -> str:
     lines.append(f"  last committed batch  {_fmt(info.get('last_committed_batch'))}")
     lines.append(f"  last planned batch    {_fmt(info.get('last_planned_batch'))}")
     if info.get("batch_watermark_ms") is not None:
-        wm = datetime.fromtimestamp(info["batch_watermark_ms"] / 1000, tz=timezone.utc).isoformat()
+        wm = datetime.fromtimestamp(info["batch_watermark_ms"] / 1000, tz=UTC).isoformat()
         lines.append(f"  watermark             {wm}")
     kafka = info.get("kafka", {})
     lag = kafka.get("lag")
@@ -470,7 +479,7 @@ def backup_checkpoint(path: str | Path) -> Path:
     cp = local_path(path)
     if not cp.is_dir():
         raise CheckpointError(f"{cp}: no checkpoint to back up")
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     target = cp.with_name(f"{cp.name}.bak-{stamp}")
     n = 1
     while target.exists():

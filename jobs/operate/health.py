@@ -15,11 +15,9 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-from pyspark.sql import SparkSession
 
 from jobs.operate.process import StreamProcess
 from jobs.settings import Settings, settings
@@ -33,7 +31,7 @@ STATES = ("running", "exited", "stalled", "backlogged", "starting", "held")
 
 
 def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def _parse_iso(s: str | None) -> float | None:
@@ -119,7 +117,7 @@ def health(spec: JoinSpec, s: Settings | None = None, *, now: float | None = Non
         h.last_batch_id = p.get("batchId")
         dur = (p.get("durationMs") or {}).get("triggerExecution") or p.get("batchDuration")
         h.batch_duration_ms = int(dur) if dur is not None else None
-        start = _parseiso(p.get("timestamp"))
+        start = _parse_iso(p.get("timestamp"))
         h.last_progress_at = (start + (h.batch_duration_ms or 0) / 1000) if start else None
         secs = max((h.batch_duration_ms or 0) / 1000, 1e-3)
         for src in p.get("sources", []):

@@ -23,11 +23,10 @@ run owns the output:
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jobs.operate.process import stop_stream_process
@@ -75,7 +74,7 @@ def backup_and_clear(checkpoint: str) -> str | None:
     p = Path(checkpoint)
     if not p.exists():
         return None
-    dest = p.with_name(f"{p.name}.bak-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}")
+    dest = p.with_name(f"{p.name}.bak-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
     shutil.move(str(p), str(dest))
     log.info("kept the old checkpoint as %s", dest)
     return str(dest)
@@ -104,4 +103,4 @@ def parse_cutover(text: str) -> datetime:
         cutover = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"cutover: {text!r} is not an ISO-8601 instant (e.g. 2026-11-20T06:00:00Z)") from None
-    return cutover if cutover.tzinfo else cutover.replace(tzinfo=timezone.utc)
+    return cutover if cutover.tzinfo else cutover.replace(tzinfo=UTC)

@@ -64,8 +64,7 @@ def render(name: str, spec_file: str, s=None) -> str:
     (batch, watermark, last good offsets) when there is one."""
     if name not in names():
         raise ValueError(f"runbook {name!r} does not exist; choose one of: {', '.join(names())}")
-    from jobs.spec import spec_path
-    from jobs.spec import load_spec
+    from jobs.spec import load_spec, spec_path
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 

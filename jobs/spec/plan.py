@@ -37,13 +37,12 @@ arrived match per micro-batch, then an insert-only MERGE keyed by the left id).
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from jobs.spec import JoinSpec, SpecError, load_spec
+from jobs.spec import JoinSpec
 
 # ------------------------------------------------------------------------------- vocabulary
 

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from jobs.join.conditions import join_events
 from jobs.join.variants import BATCH_VARIANTS, missing_days, right_days
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, load_spec
+from jobs.spec import JoinSpec
 from jobs.storage import delta_io
 from jobs.storage.tables import Tables
 

@@ -20,10 +20,10 @@ from zoneinfo import ZoneInfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.storage import delta_io
 from jobs.join.records import good_events, mark_duplicates, parse_records, quarantine_rows
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, StreamSpec, load_spec
+from jobs.spec import JoinSpec, StreamSpec
+from jobs.storage import delta_io, kafka
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.landing")

@@ -41,10 +41,9 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
     """
     from kafka import KafkaProducer
 
-    from jobs.storage.kafka import create_topic
     from jobs.steps.stream import start_quarantine
+    from jobs.storage.kafka import create_topic, producer_config
     from jobs.workload.generator import iter_slices, publish
-    from jobs.storage.kafka import producer_config
 
     if slice_minutes <= 0:
         raise ValueError("slice_minutes must be a positive number of minutes")

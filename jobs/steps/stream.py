@@ -26,7 +26,6 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,13 +35,19 @@ from jobs.join.columns import ARRIVAL_TIME, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings
-from jobs.spec import Cardinality, JoinSpec, load_spec
+from jobs.spec import Cardinality, JoinSpec
 from jobs.spec.plan import plan
 from jobs.storage import delta_io, kafka
 from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id, local_path
 from jobs.storage.hold import current_hold
-from jobs.storage.progress import (JOIN_QUERY, QUARANTINE_QUERY, end_offsets_read, ensure_recorder, read_progress,
-                                   watermark_ms)
+from jobs.storage.progress import (
+    JOIN_QUERY,
+    QUARANTINE_QUERY,
+    end_offsets_read,
+    ensure_recorder,
+    read_progress,
+    watermark_ms,
+)
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.stream")
@@ -171,12 +176,9 @@ def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: 
     tables = Tables.of(spec, s)
     _ensure_recorder(spark, tables)
     limit = spec.streaming.max_offsets_per_trigger
-    bad = None
-    for side in ("left", "right"):
-        stream = spec.side(side)
-        rows = quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, stream.topic, limit), stream, spec),
-                               stream, "stream")
-        bad = rows if bad is None else bad.unionByName(rows)
+    left, right = (quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, st.topic, limit), st, spec),
+                                   st, "stream") for st in (spec.left, spec.right))
+    bad = left.unionByName(right)
 
     # one Kafka position per row and no replay of this query: per-batch idempotence suffices
     append = delta_io.BatchAppender(tables.quarantine, _query_id_of(tables.checkpoint(QUARANTINE_QUERY)))

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[
                            f"{other.get('reason')}")
     path = hold_file(spec, s)
     path.parent.mkdir(parents=True, exist_ok=True)
-    since = datetime.fromtimestamp(time.time(), timezone.utc).isoformat(timespec="milliseconds")
+    since = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
     path.write_text(json.dumps({"pid": os.getpid(), "since": since, "reason": reason}) + "\n")
     try:
         yield

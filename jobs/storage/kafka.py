@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,7 @@ def offsets_for_time(bootstrap: str, topic: str, start: datetime) -> dict[str, i
                 c.seek(tp, earliest[tp])
                 first = next(iter(c.poll(timeout_ms=5000, max_records=1).get(tp, [])), None)
                 if first is None or first.timestamp > start_ms:
-                    oldest = datetime.fromtimestamp(first.timestamp / 1000, timezone.utc) if first else None
+                    oldest = datetime.fromtimestamp(first.timestamp / 1000, UTC) if first else None
                     raise RetentionGap(
                         f"{topic}[{tp.partition}] no longer holds records from {start.isoformat()}: the oldest "
                         f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; the window "
