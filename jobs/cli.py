@@ -425,9 +425,10 @@ def _configure_logging(verbose: bool) -> None:
     console.setFormatter(fmt)
     console.setLevel(logging.DEBUG if verbose else logging.ERROR)
     root.addHandler(console)
-    if not verbose:
+    if verbose:
+        os.environ.setdefault("JOINSHIFT_SPARK_CONSOLE_LEVEL", "warn")  # Spark's WARN lines too
+    else:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)  # a down broker's refusals are expected
-        os.environ.setdefault("JOINSHIFT_SPARK_LOG_LEVEL", "ERROR")
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

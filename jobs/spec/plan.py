@@ -4,8 +4,8 @@ Compares the deployed spec with a proposed one field by field and says, per chan
 the streaming join may restart from its checkpoint, may restart with a caveat, or needs a fresh
 checkpoint and a replay from Kafka. Example::
 
-    python -m jobs.plan --deployed deployed.yaml --proposed proposed.yaml          # table
-    python -m jobs.plan --deployed deployed.yaml --proposed proposed.yaml --json   # for scripts
+    joinshift plan --deployed deployed.yaml --proposed proposed.yaml          # table
+    joinshift plan --deployed deployed.yaml --proposed proposed.yaml --json   # for scripts
 
 Exit code 0: nothing to do, or restart from the checkpoint ("none" / "reuse_checkpoint");
 3: a fresh checkpoint and a replay are needed ("fresh_checkpoint_and_replay"); 2: a spec is invalid.
@@ -28,7 +28,7 @@ Grounding (why each rule is what it is):
   join window is rebuilt by *replaying* the input from the message bus (here: Kafka, which keeps our
   topics forever), which is the replay path a fresh checkpoint takes.
 
-What the join keeps as state here (``jobs.stream_join.join_streams``): per side, every column of the
+What the join keeps as state here (``jobs.join.conditions.join_streams``): per side, every column of the
 side's schema plus arrival time, Kafka partition and offset (and ``ds`` on the left), keyed by the
 join key. Cardinality 1-to-1 is *not* state: it is applied in the ``foreachBatch`` sink (first
 arrived match per micro-batch, then an insert-only MERGE keyed by the left id).
@@ -36,11 +36,16 @@ arrived match per micro-batch, then an insert-only MERGE keyed by the left id).
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from jobs.spec import JoinSpec
 
@@ -108,13 +113,13 @@ class Plan:
             return out
         return [
             "Stop the streaming join (and the quarantine query).",
-            "Back up the checkpoint: python -m jobs.checkpoint backup --spec <spec> (never delete it without a copy).",
+            "Back up the checkpoint: joinshift checkpoint backup --spec <spec> (never delete it without a copy).",
             "Rebuild from Kafka: joinshift replay --spec <proposed spec> — a fresh checkpoint that reads both "
             "topics from the earliest offsets (paper §6.1: the window is rebuilt by replaying the input).",
             "Rows written under the old spec are not removed by an insert-only replay: replay into a new "
             "output table, or rebuild the affected ds partitions, if old rows are no longer correct "
             "(window, join type, keys or schema changed).",
-            "Check the new checkpoint with python -m jobs.checkpoint validate / inspect (lag per partition) "
+            "Check the new checkpoint with joinshift checkpoint validate / inspect (lag per partition) "
             "before switching readers over.",
         ]
 
@@ -132,13 +137,12 @@ class Plan:
         if not self.changes:
             lines.append("No spec field changed.")
         else:
-            rows = [("field", "old", "new", "effect")] + [
-                (c.field, _short(c.old), _short(c.new), c.effect) for c in self.changes]
-            widths = [max(len(r[i]) for r in rows) for i in range(4)]
-            fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-            lines += ["", fmt.format(*rows[0]), fmt.format(*("-" * w for w in widths))]
-            lines += [fmt.format(*r) for r in rows[1:]]
-            lines += ["", "Why:"]
+            table = Table("field", "old", "new", "effect", box=box.SIMPLE_HEAD, pad_edge=False)
+            for c in self.changes:
+                table.add_row(c.field, _short(c.old), _short(c.new), c.effect)
+            buf = io.StringIO()
+            Console(file=buf, width=width, color_system=None, highlight=False).print(table)
+            lines += ["", "\n".join(x.rstrip() for x in buf.getvalue().splitlines()).strip("\n"), "", "Why:"]
             for c in self.changes:
                 lines += textwrap.wrap(f"- {c.field} [{c.effect}]: {c.reason}", width=width,
                                        subsequent_indent="    ")

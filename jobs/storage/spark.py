@@ -51,6 +51,38 @@ def spark_jars(s: Settings) -> list[str]:
     return jars
 
 
+#: The JVM's log: everything to ``<log_dir>/spark.log``; the console shows only what is at least
+#: ``JOINSHIFT_SPARK_CONSOLE_LEVEL`` (default ERROR: a successful run prints no WARN noise; ``-v``
+#: sets WARN).
+_LOG4J2 = """status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = {console}
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+rootLogger.appenderRef.file.ref = file
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
+
+
+def _log4j_config(s: Settings) -> str:
+    """Write the JVM's logging configuration under the log dir; return its path."""
+    path = Path(s.log_dir) / "log4j2-spark.properties"
+    console = os.environ.get("JOINSHIFT_SPARK_CONSOLE_LEVEL", "error").lower()
+    path.write_text(_LOG4J2.format(console=console, file=Path(s.log_dir) / "spark.log"))
+    return str(path)
+
+
 def get_spark(app_name: str = "joinshift", s: Settings | None = None,
               extra_conf: dict[str, str] | None = None) -> SparkSession:
     """Return the process's Spark session, creating it on first use.
@@ -72,6 +104,7 @@ def get_spark(app_name: str = "joinshift", s: Settings | None = None,
         .config("spark.driver.memory", s.spark_driver_memory)
         .config("spark.sql.warehouse.dir", s.path("warehouse"))
         .config("spark.ui.enabled", os.environ.get("JOINSHIFT_SPARK_UI", "false"))
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j_config(s)}")
     )
     for k, v in {**BASE_CONF, **s.spark_conf, **(extra_conf or {})}.items():
         builder = builder.config(k, v)
