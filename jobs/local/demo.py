@@ -40,20 +40,9 @@ def _ensure_airflow_db(env: dict) -> None:
 
 def _reset(spec, s, bootstrap: str) -> None:
     """Start clean: the pipeline's topics, tables, checkpoints and progress logs."""
-    from kafka import KafkaAdminClient
+    from jobs.storage.kafka import delete_topics
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="joinshift-demo")
-    try:
-        existing = set(admin.list_topics())
-        doomed = [t for t in (spec.left.topic, spec.right.topic) if t in existing]
-        if doomed:
-            admin.delete_topics(doomed)
-            for _ in range(100):
-                if not set(admin.list_topics()) & set(doomed):
-                    break
-                time.sleep(0.2)
-    finally:
-        admin.close()
+    delete_topics(bootstrap, [spec.left.topic, spec.right.topic])
     for part in ("tables", "checkpoints", "progress"):
         shutil.rmtree(Path(s.path(part, spec.pipeline)), ignore_errors=True)
 

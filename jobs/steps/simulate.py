@@ -39,16 +39,14 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
 
     ``on_slice(done, total, slice_end_ms)`` is called after each slice (progress display).
     """
-    from kafka import KafkaProducer
-
     from jobs.steps.stream import start_quarantine
-    from jobs.storage.kafka import create_topic, producer_config
+    from jobs.storage import kafka
     from jobs.workload.generator import iter_slices, publish
 
     if slice_minutes <= 0:
         raise ValueError("slice_minutes must be a positive number of minutes")
     for stream in (spec.left, spec.right):
-        create_topic(bootstrap, stream.topic)
+        kafka.create_topic(bootstrap, stream.topic)
     slices = list(iter_slices(records, slice_minutes))
     started = time.monotonic()
     published: dict[str, int] = {}
@@ -58,7 +56,7 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
     # quarantine does not change accuracy: it catches up once at the end, not per slice
     (join_query,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval="0 seconds",
                                          quarantine=False)
-    producer = KafkaProducer(**producer_config(bootstrap))
+    producer = kafka.producer(bootstrap)
     try:
         for i, (slice_end_ms, chunk) in enumerate(slices, 1):
             for topic, n in publish(chunk, bootstrap, producer=producer).items():

@@ -210,6 +210,24 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
         admin.close()
 
 
+def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 20) -> None:
+    """Delete those of ``topics`` that exist, and wait until the cluster no longer lists them."""
+    import time
+
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    try:
+        doomed = [t for t in topics if t in set(admin.list_topics())]
+        if doomed:
+            admin.delete_topics(doomed)
+            deadline = time.time() + timeout_s
+            while set(admin.list_topics()) & set(doomed) and time.time() < deadline:
+                time.sleep(0.2)
+    finally:
+        admin.close()
+
+
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
     """KafkaProducer settings for publishing: batching, zstd, acks=all, idempotent (ordered)."""
     return {
