@@ -121,7 +121,9 @@ def cmd_compare(args) -> int:
 def cmd_generate(args) -> int:
     """Publish a workload to Kafka all at once (no simulated real time)."""
     from jobs.storage.kafka import bootstrap_servers, create_topic
-    from jobs.workload.generator import generate, load_workload, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import load_workload
+    from jobs.workload.publisher import publish
 
     spec = _load_spec(args.spec)
     wl = generate(load_workload(args.workload), spec)

@@ -75,7 +75,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     from jobs import airflow_tasks
     from jobs.spec import spec_path
     from jobs.spec import load_spec
-    from jobs.workload.generator import load_workload
+    from jobs.workload.params import load_workload
 
     s = settings()
     spec = load_spec(spec_path(spec_file))

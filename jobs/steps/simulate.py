@@ -43,7 +43,7 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
 
     from jobs.storage.kafka import create_topic
     from jobs.steps.stream import start_quarantine
-    from jobs.workload.generator import iter_slices, publish
+    from jobs.workload.publisher import iter_slices, publish
     from jobs.storage.kafka import producer_config
 
     if slice_minutes <= 0:
