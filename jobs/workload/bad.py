@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jobs.spec import UnknownFields
-from jobs.workload.params import BAD_CLASSES
+from jobs.spec import JoinSpec, UnknownFields
+from jobs.workload.params import BAD_CLASSES, WorkloadParams
 from jobs.workload.texts import _ids, _iso1
 
 if TYPE_CHECKING:
@@ -29,6 +29,14 @@ _BAD_TIMES = ('"not-a-time"', '"2026-13-45T25:61:00.000Z"', '"20/11/2026 10:15:3
 
 class _BadRecords:
     """The generator's bad-record maker (a mixin of ``_Generator``: uses its params, spec and rngs)."""
+
+    p: WorkloadParams
+    spec: JoinSpec
+    max_past_ms: int
+    max_future_ms: int
+
+    def rng(self, name: str) -> np.random.Generator:
+        raise NotImplementedError  # the generator's per-aspect random stream
 
     def bad_records(self, s: _Side) -> tuple[dict[str, list], dict[str, list]]:
         """Bad (and, under ``unknown_fields: ignore``, extra-field good) records of one side."""
