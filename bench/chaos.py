@@ -41,7 +41,9 @@ def isolated_spec(spec, name: str, max_offsets: int):
 
 def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: int) -> int:
     from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed), base_spec)
     records = wl.records.assign(topic=wl.records.topic.map({base_spec.left.topic: spec.left.topic,

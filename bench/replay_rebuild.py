@@ -52,7 +52,9 @@ def publish_before_cutover(base, spec, bootstrap: str, left_events: int, cutover
     """One generated day; the records that arrived in the 8 hours before the cut-over (the replay
     needs the last window span + watermark delay: 5 h 30 min for the default spec)."""
     from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed,
                                  start_date=cutover.date()), base)

@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.kafka import read_stream
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.tables import Tables
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)

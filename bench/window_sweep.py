@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
     from jobs.accuracy.sweep import format_candidate, parse_grid, sweep
-    from jobs.workload.generator import WorkloadParams, generate
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
 
     spec = load_spec(args.spec)
     grid = parse_grid(args.grid)

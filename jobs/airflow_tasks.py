@@ -159,7 +159,8 @@ def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     """Generate the workload and replay it into Kafka as simulated real time, stream running."""
     from jobs.steps.simulate import simulate_live
     from jobs.storage.kafka import bootstrap_servers
-    from jobs.workload.generator import generate, load_workload
+    from jobs.workload.generator import generate
+    from jobs.workload.params import load_workload
 
     join_spec = _spec(spec)
     wl = generate(load_workload(spec_path(workload or DEFAULT_WORKLOAD)), join_spec)

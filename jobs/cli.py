@@ -116,7 +116,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Publish a workload to Kafka all at once (no simulated real time)."""
     from jobs.spec import spec_path
     from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import generate, load_workload, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import load_workload
+    from jobs.workload.publisher import publish
 
     spec = _load_spec(args.spec)
     wl = generate(load_workload(spec_path(args.workload)), spec)

@@ -63,7 +63,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     _ensure_airflow_db(env)
     from jobs import airflow_tasks
     from jobs.spec import load_spec, spec_path
-    from jobs.workload.generator import load_workload
+    from jobs.workload.params import load_workload
 
     s = settings()
     spec = load_spec(spec_path(spec_file))

@@ -7,265 +7,52 @@ with everything it owns under ``<kafka_home>``:
 
 * ``server.properties``  broker config, rewritten on every start from the settings below
 * ``data/``              the log (and KRaft metadata) directory, formatted once
-* ``broker.json``        pid, ports, bootstrap and cluster id, so later commands (other
-                         Python processes) find the broker and reuse the same ports
+* ``state.json``         pid, ports, bootstrap and cluster id, so later commands (other
+                         Python processes, :func:`jobs.storage.kafka.bootstrap_servers`) find
+                         the broker and reuse the same ports (read from ``broker.json`` once if
+                         an older version left one)
 * ``log4j2.properties``  sends the broker's logs to ``<log_dir>/kafka.log``
 
-If ``Settings.kafka_bootstrap`` is set, none of this is used: :func:`bootstrap_servers`
-returns it, and the same pipelines run against an external cluster.
+If ``Settings.kafka_bootstrap`` is set, none of this is used: :func:`jobs.storage.kafka.bootstrap_servers`
+returns it, and the same pipelines run against an external cluster. Kafka clients (topics,
+offsets, health probes) come from :mod:`jobs.storage.kafka`; the broker's settings, JVM options
+and start-up helpers from :mod:`jobs.local.kafka_setup`.
 
 CLI: ``python -m jobs.kafka_broker {start,stop,status}``.
 """
-
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import fcntl
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from jobs.local.kafka_setup import (BROKER_SETTINGS, JVM_OPTS, LOG4J2, NODE_ID, free_ports, port_accepts,
+                                    port_is_free, random_cluster_id, slf4j2_override, tail)
 from jobs.settings import Settings, settings
+from jobs.storage.processes import cmdline, pid_alive
 
 log = logging.getLogger("joinshift.kafka")
-
-#: Java's Long.MAX_VALUE: "no limit" for the timestamp-skew checks.
-_LONG_MAX = 9223372036854775807
-
-#: The node id of our single broker+controller (also the KRaft voter id).
-_NODE_ID = 1
-
-#: Broker settings that are not about where things live. Each one is here for a reason:
-BROKER_SETTINGS: dict[str, str] = {
-    # Our records carry Kafka timestamps = *simulated* arrival times, days or weeks in
-    # the past. Time-based retention compares those timestamps with the wall clock, so
-    # with the default (7 days) the broker would delete freshly written data. Later
-    # features replay the topics from the start, so nothing is ever deleted.
-    "log.retention.ms": "-1",
-    "log.retention.bytes": "-1",
-    "log.cleanup.policy": "delete",
-    # CreateTime keeps the producer's (simulated) timestamp instead of the append time.
-    "log.message.timestamp.type": "CreateTime",
-    # A CreateTime record is refused if its timestamp is further than these from the
-    # broker clock. Kafka 4.1 defaults: before = Long.MAX (fine), after = 1 hour. We
-    # set both explicitly to "no limit" so past data is never refused and a simulated
-    # clock that runs ahead of the wall clock is not refused either.
-    "log.message.timestamp.before.max.ms": str(_LONG_MAX),
-    "log.message.timestamp.after.max.ms": str(_LONG_MAX),
-    # Topics that a job writes to without creating first just appear, as in dev setups.
-    "auto.create.topics.enable": "true",
-    "num.partitions": "2",
-    "default.replication.factor": "1",
-    # One broker: internal topics cannot have more than one replica, or consumer groups
-    # and transactional producers (exactly-once sinks) never become available.
-    "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "5",
-    "transaction.state.log.replication.factor": "1",
-    "transaction.state.log.min.isr": "1",
-    "transaction.state.log.num.partitions": "5",
-    "share.coordinator.state.topic.replication.factor": "1",
-    "share.coordinator.state.topic.min.isr": "1",
-    "min.insync.replicas": "1",
-    # Committed group offsets of an idle group survive a long break (default: 7 days).
-    "offsets.retention.minutes": str(365 * 24 * 60),
-    # Tests and local runs start consumer groups one at a time; don't wait 3 s for more.
-    "group.initial.rebalance.delay.ms": "0",
-    # A 2-core machine shared with Spark: fewer threads than Kafka's server defaults.
-    "num.network.threads": "2",
-    "num.io.threads": "4",
-    "background.threads": "4",
-    "num.recovery.threads.per.data.dir": "1",
-    "log.cleaner.threads": "1",
-    "delete.topic.enable": "true",
-}
-
-#: Topic-level overrides set on topics we create, so they keep their data even on an
-#: external cluster whose broker defaults differ from ours.
-TOPIC_CONFIGS: dict[str, str] = {
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "message.timestamp.type": "CreateTime",
-    "message.timestamp.before.max.ms": str(_LONG_MAX),
-    "message.timestamp.after.max.ms": str(_LONG_MAX),
-}
-
-_JVM_OPTS = [
-    "-Xms256m",
-    "-Xmx512m",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-]
-
-_LOG4J2 = """\
-# Generated by jobs/kafka_broker.py: the broker logs to a file, never to the console.
-name = joinshift-kafka
-status = warn
-appender.file.type = RollingFile
-appender.file.name = FILE
-appender.file.fileName = {log_file}
-appender.file.filePattern = {log_file}.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = 50MB
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = 3
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.state.name = state.change.logger
-logger.state.level = WARN
-logger.zookeeper.name = org.apache.zookeeper
-logger.zookeeper.level = WARN
-"""
 
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be started, reached or stopped."""
 
 
-def _random_cluster_id() -> str:
-    """A Kafka Uuid as ``kafka-storage random-uuid`` prints it (base64url, no padding).
-
-    Kafka itself never hands out ids that start with '-' (they look like CLI flags).
-    """
-    while True:
-        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cid.startswith("-"):
-            return cid
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports the kernel considers free on 127.0.0.1 right now."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _port_is_free(port: int) -> bool:
-    """Whether the broker could bind ``port`` (SO_REUSEADDR like the JVM, so a port in
-    TIME_WAIT after our own stop counts as free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _port_accepts(port: int, timeout: float = 0.5) -> bool:
-    """A cheap, log-free probe before asking kafka-python (which logs every refusal)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _pid_alive(pid: int | None) -> bool:
-    """Alive and not a zombie (a broker we spawned in this process and that has exited
-    stays a zombie until reaped, and ``kill(pid, 0)`` still succeeds on it)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            return False
-    except (OSError, IndexError):
-        pass
-    return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return f"(no {path})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _slf4j2_override(jar_dir: Path, jar_cache: Path) -> Path | None:
-    """An slf4j-api 2.x jar to put first on the classpath, if the cache needs one.
-
-    The resolved set can hold ``log4j-slf4j2-impl`` (a binding for SLF4J 2) next to
-    ``slf4j-api-1.7.x`` (Maven's nearest-wins pick from Kafka's own dependencies).
-    SLF4J 1.7 does not see that binding, falls back to a no-op logger, and the broker
-    then logs nothing at all, so start-up failures cannot be diagnosed. Until the jar
-    set is fixed (an explicit slf4j-api 2.x in build/kafka/pom.xml), borrow a 2.x API
-    jar from the jar cache or from PySpark's bundled jars.
-    """
-    names = [j.name for j in jar_dir.glob("*.jar")]
-    has_slf4j2_binding = any(n.startswith("log4j-slf4j2-impl-") for n in names)
-    has_api2 = any(n.startswith("slf4j-api-2.") for n in names)
-    if not has_slf4j2_binding or has_api2:
-        return None
-    candidates = sorted(jar_cache.glob("**/slf4j-api-2.*.jar"))
-    if not candidates:
-        import importlib.util
-
-        spec = importlib.util.find_spec("pyspark")
-        if spec is not None and spec.origin:
-            candidates = sorted((Path(spec.origin).parent / "jars").glob("slf4j-api-2.*.jar"))
-    if candidates:
-        log.debug("Using %s for the broker's logging (the jar cache has slf4j-api 1.x)", candidates[-1])
-        return candidates[-1]
-    log.warning(
-        "%s has log4j-slf4j2-impl but only slf4j-api 1.x: the broker will log nothing. "
-        "Add an explicit org.slf4j:slf4j-api 2.x dependency to build/kafka/pom.xml.",
-        jar_dir,
-    )
-    return None
-
-
 class EmbeddedKafka:
     """The project-local broker described by ``Settings`` (its folder, jars and logs).
 
     Several Python processes may create one for the same ``kafka_home``; the broker's
-    state lives on disk (``broker.json``), not in this object, so ``start`` in one
+    state lives on disk (``state.json``), not in this object, so ``start`` in one
     process and ``stop`` in another work together.
     """
 
@@ -274,7 +61,9 @@ class EmbeddedKafka:
         self.home = Path(self.settings.kafka_home)
         self.data_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
-        self.state_file = self.home / "broker.json"
+        self.state_file = self.home / "state.json"
+        #: Where versions before the storage wing kept the state; read once, then renamed.
+        self.legacy_state_file = self.home / "broker.json"
         self.log4j_file = self.home / "log4j2.properties"
         self.log_dir = Path(self.settings.log_dir)
         self.log_file = self.log_dir / "kafka.log"
@@ -286,6 +75,9 @@ class EmbeddedKafka:
     # -- state on disk ---------------------------------------------------------------
 
     def _read_state(self) -> dict[str, Any]:
+        if not self.state_file.exists() and self.legacy_state_file.exists():
+            with contextlib.suppress(FileNotFoundError):
+                self.legacy_state_file.replace(self.state_file)
         try:
             return json.loads(self.state_file.read_text())
         except FileNotFoundError:
@@ -312,9 +104,9 @@ class EmbeddedKafka:
     def _pid(self) -> int | None:
         """The recorded pid, if that process is still our broker (pids get reused)."""
         pid = self._read_state().get("pid")
-        if not isinstance(pid, int) or not _pid_alive(pid):
+        if not isinstance(pid, int) or not pid_alive(pid):
             return None
-        cmd = _cmdline(pid)
+        cmd = cmdline(pid)
         if cmd and ("kafka.Kafka" not in cmd or str(self.config_file) not in cmd):
             return None
         return pid
@@ -390,7 +182,9 @@ class EmbeddedKafka:
         }
         if pid is not None and state.get("bootstrap"):
             try:
-                info["topics"] = _topic_offsets(str(state["bootstrap"]))
+                from jobs.storage import kafka
+
+                info["topics"] = kafka.topic_offsets(str(state["bootstrap"]))
             except Exception as e:  # a status call should report, not fail
                 info["topics"] = None
                 info["error"] = f"broker not answering: {e}"
@@ -414,7 +208,7 @@ class EmbeddedKafka:
 
     def _classpath(self) -> str:
         wildcard = str(self.jar_dir / "*")
-        slf4j2 = _slf4j2_override(self.jar_dir, Path(self.settings.jar_cache))
+        slf4j2 = slf4j2_override(self.jar_dir, Path(self.settings.jar_cache))
         return f"{slf4j2}:{wildcard}" if slf4j2 else wildcard
 
     def _jvm_log_opts(self) -> list[str]:
@@ -425,10 +219,10 @@ class EmbeddedKafka:
         silently replaced, because checkpoints and offsets name the bootstrap."""
         port, cport = state.get("port"), state.get("controller_port")
         if not port or not cport:
-            port, cport = _free_ports(2)
+            port, cport = free_ports(2)
             log.info("Kafka broker will use ports %s (clients) and %s (controller)", port, cport)
             return port, cport
-        taken = [p for p in (port, cport) if not _port_is_free(p)]
+        taken = [p for p in (port, cport) if not port_is_free(p)]
         if taken:
             raise BrokerError(
                 f"port(s) {', '.join(map(str, taken))} on 127.0.0.1, which the embedded broker "
@@ -442,11 +236,11 @@ class EmbeddedKafka:
     def _write_config(self, port: int, cport: int) -> None:
         props = {
             "process.roles": "broker,controller",
-            "node.id": str(_NODE_ID),
+            "node.id": str(NODE_ID),
             # Static quorum: one voter that is this node. Survives restarts with no
             # quorum bootstrapping (the --standalone/dynamic-quorum alternative would
             # also work but needs the controller's directory id at format time).
-            "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{cport}",
+            "controller.quorum.voters": f"{NODE_ID}@127.0.0.1:{cport}",
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -458,7 +252,7 @@ class EmbeddedKafka:
         lines = ["# Generated by jobs/kafka_broker.py on every start; edits are overwritten."]
         lines += [f"{k}={v}" for k, v in props.items()]
         self.config_file.write_text("\n".join(lines) + "\n")
-        self.log4j_file.write_text(_LOG4J2.format(log_file=self.log_file))
+        self.log4j_file.write_text(LOG4J2.format(log_file=self.log_file))
 
     def _format_storage(self, cluster_id: str) -> None:
         """Once per data folder: writes meta.properties and the KRaft bootstrap checkpoint."""
@@ -491,12 +285,12 @@ class EmbeddedKafka:
 
         cluster_id = self._cluster_id_on_disk()
         if cluster_id is None:
-            cluster_id = _random_cluster_id()
+            cluster_id = random_cluster_id()
             self._format_storage(cluster_id)
 
         bootstrap = f"127.0.0.1:{port}"
         cmd = [
-            self._java(), "-cp", self._classpath(), *_JVM_OPTS, *self._jvm_log_opts(),
+            self._java(), "-cp", self._classpath(), *JVM_OPTS, *self._jvm_log_opts(),
             "kafka.Kafka", str(self.config_file),
         ]
         with self.out_file.open("ab") as out:
@@ -529,14 +323,14 @@ class EmbeddedKafka:
 
     def _failure(self, what: str) -> BrokerError:
         return BrokerError(
-            f"{what}\n--- last lines of {self.log_file} ---\n{_tail(self.log_file)}"
-            f"\n--- last lines of {self.out_file} ---\n{_tail(self.out_file, 15)}"
+            f"{what}\n--- last lines of {self.log_file} ---\n{tail(self.log_file)}"
+            f"\n--- last lines of {self.out_file} ---\n{tail(self.out_file, 15)}"
         )
 
     def _wait_ready(self, pid: int, bootstrap: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 raise self._failure(f"Kafka broker (pid {pid}) exited during start-up")
             if self._healthy(bootstrap):
                 log.info("Kafka broker ready at %s", bootstrap)
@@ -552,18 +346,13 @@ class EmbeddedKafka:
     def _healthy(bootstrap: str) -> bool:
         """Answers a metadata request, not merely accepts TCP connections."""
         port = int(bootstrap.rsplit(":", 1)[1])
-        if not _port_accepts(port):
+        if not port_accepts(port):
             return False
         try:
-            from kafka import KafkaConsumer
+            from jobs.storage import kafka
 
-            consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap, request_timeout_ms=5000, bootstrap_timeout_ms=5000
-            )
-            try:
+            with kafka.consumer(bootstrap) as consumer:
                 consumer.topics()
-            finally:
-                consumer.close()
             return True
         except Exception as e:
             log.debug("Kafka broker at %s not ready: %s", bootstrap, e)
@@ -574,77 +363,10 @@ class EmbeddedKafka:
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.pid == pid:
                 self._proc.poll()  # reap our own child so it does not linger as a zombie
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return True
             time.sleep(0.2)
         return False
-
-
-def _topic_offsets(bootstrap: str) -> dict[str, dict[str, Any]]:
-    """``{topic: {"partitions": n, "end_offsets": {partition: offset}}}``, internal topics left out."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=10000, bootstrap_timeout_ms=10000)
-    try:
-        out: dict[str, dict[str, Any]] = {}
-        for topic in sorted(consumer.topics()):
-            parts = sorted(consumer.partitions_for_topic(topic) or ())
-            ends = consumer.end_offsets([TopicPartition(topic, p) for p in parts]) if parts else {}
-            out[topic] = {
-                "partitions": len(parts),
-                "end_offsets": {str(tp.partition): off for tp, off in sorted(ends.items())},
-            }
-        return out
-    finally:
-        consumer.close()
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
-    """Creates ``name`` unless it exists; safe to call from every job that writes to it.
-
-    Retention and timestamp configs are set on the topic itself so the simulated,
-    days-old records are kept even on a cluster whose broker defaults would delete or
-    refuse them. Replication is the cluster's default (1 on the embedded broker).
-    """
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
-    try:
-        try:
-            admin.create_topics(
-                {name: {"num_partitions": partitions, "replication_factor": -1, "configs": TOPIC_CONFIGS}},
-                wait_for_metadata=True,
-            )
-            log.info("Created topic %s (%d partitions)", name, partitions)
-        except TopicAlreadyExistsError:
-            existing = admin.describe_topics([name])
-            n = len(existing[0].get("partitions") or []) if existing else None
-            if n is not None and n != partitions:
-                log.warning("Topic %s already exists with %s partitions (asked for %s)", name, n, partitions)
-            else:
-                log.debug("Topic %s already exists", name)
-    finally:
-        admin.close()
-
-
-def bootstrap_servers(s: Settings | None = None) -> str:
-    """Where jobs find Kafka: the configured cluster, else the running embedded broker.
-
-    Never starts a broker itself: a job silently spawning a JVM would hide a forgotten
-    set-up step and leave processes behind.
-    """
-    s = s if s is not None else settings()
-    if s.kafka_bootstrap:
-        return s.kafka_bootstrap
-    broker = EmbeddedKafka(s)
-    if broker.is_running():
-        return broker.bootstrap_servers
-    raise RuntimeError(
-        f"No Kafka broker: the embedded broker in {s.kafka_home} is not running. "
-        "Start it with `joinshift kafka start` (or `python -m jobs.kafka_broker start`), "
-        "or point at an existing cluster with JOINSHIFT_KAFKA_BOOTSTRAP=host:port."
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
     """
     from jobs.steps.stream import start_quarantine
     from jobs.storage import kafka
-    from jobs.workload.generator import iter_slices, publish
+    from jobs.workload.publisher import iter_slices, publish
 
     if slice_minutes <= 0:
         raise ValueError("slice_minutes must be a positive number of minutes")

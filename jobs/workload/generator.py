@@ -1,4 +1,4 @@
-"""A realistic, deterministic workload for a join spec, and a Kafka publisher for it.
+"""A realistic, deterministic workload for a join spec.
 
 The generator is pure (numpy, no Spark, no Kafka): :func:`generate` turns a
 :class:`WorkloadParams` and a :class:`~jobs.spec.JoinSpec` into a :class:`Workload` holding
@@ -37,201 +37,37 @@ from its own random stream, seeded by ``seed`` and the aspect's name).
 Not generated: ``null_id`` (the landing job's extra reason). Under ``unknown_fields: ignore`` the
 ``unexpected_field`` records are good events (in ``left``/``right``, not in ``links``).
 
-The publisher (:func:`publish`) is a thin kafka-python shell: it sends ``records`` in arrival order
-with the Kafka record timestamp set to ``arrival_ms``.
+The parameters are :mod:`jobs.workload.params`; the bad records :mod:`jobs.workload.bad`; the
+publisher and the command line :mod:`jobs.workload.publisher`.
 
 Example::
 
     from jobs.spec import load_spec
-    from jobs.workload.generator import generate, load_workload, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import load_workload
+    from jobs.workload.publisher import publish
     spec = load_spec("include/specs/search_sessions.yaml")
     wl = generate(load_workload("include/workloads/search_sessions.yaml"), spec)
     publish(wl.records, "localhost:9092")
-
-Command line::
-
-    python -m jobs.workload --spec include/specs/search_sessions.yaml \\
-        --workload include/workloads/search_sessions.yaml [--publish localhost:9092]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import logging
-import re
-import time
 import zlib
-from collections.abc import Callable, Iterator
-from datetime import date, datetime, timedelta, timezone
-from datetime import time as dtime
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from jobs.spec import Duration, JoinSpec, SpecError, StreamSpec, UnknownFields, read_yaml, validate_model
-
-log = logging.getLogger("joinshift.workload")
-
-#: Quarantine reason codes the generator produces, one class of bad record each.
-BAD_CLASSES = (
-    "malformed_json",        # the value is not a JSON object
-    "null_key",              # a join-key column is null or missing
-    "bad_event_time",        # the event time is missing or unparsable
-    "event_time_too_old",    # event_time < arrival - timestamp_validity.max_past
-    "event_time_in_future",  # event_time > arrival + timestamp_validity.max_future
-    "duplicate_event_id",    # same event id as a record that arrived earlier on the topic
-    "bad_type",              # a (non-string, non-key, non-id, non-event-time) field of the wrong type
-    "unexpected_field",      # a JSON field not in the schema
-)
+from jobs.spec import JoinSpec, StreamSpec
+from jobs.workload.bad import _BadRecords
+from jobs.workload.params import BAD_CLASSES, WorkloadParams
+from jobs.workload.texts import (_ACTIONS, _QUERY_MODIFIERS, _QUERY_WORDS, _Clock, _ds_of, _formatter, _ids,
+                                 _is_night, _local_midnight_ms, _ms, _zipf_pick, fixed_ids, iso_ms)
 
 RECORD_COLUMNS = ("side", "topic", "key", "value", "arrival_ms", "event_id", "expected_reason")
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# --------------------------------------------------------------------------------------------
-# Parameters
-# --------------------------------------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _share(default: float, description: str) -> Any:
-    return Field(default=default, ge=0.0, le=1.0, description=description)
-
-
-class BadShares(_Strict):
-    """Share of all records on a topic that are bad, per quarantine reason (each side alike)."""
-
-    malformed_json: float = _share(0.002, "value is not a JSON object (truncated, text, array, scalar)")
-    null_key: float = _share(0.002, "a join-key column is JSON null or missing (Kafka key null)")
-    bad_event_time: float = _share(0.002, "event time missing, null or unparsable")
-    event_time_too_old: float = _share(0.002, "event time older than arrival - max_past")
-    event_time_in_future: float = _share(0.002, "event time later than arrival + max_future")
-    duplicate_event_id: float = _share(0.002, "exact re-send of an earlier good record, a little later")
-    bad_type: float = _share(0.002, "a typed field with a value of the wrong type, e.g. position: 'abc'")
-    unexpected_field: float = _share(0.002, "an extra JSON field not in the schema")
-
-    @model_validator(mode="after")
-    def _total(self) -> BadShares:
-        total = sum(self.as_dict().values())
-        if total >= 0.5:
-            raise ValueError(f"bad shares sum to {total:.3f}; keep the total below 0.5")
-        return self
-
-    def as_dict(self) -> dict[str, float]:
-        return {c: float(getattr(self, c)) for c in BAD_CLASSES}
-
-
-class WorkloadParams(_Strict):
-    """Parameters of the generated workload; every field has a sensible default."""
-
-    seed: int = Field(default=20261119, description="random seed; same seed and params -> same records")
-    start_date: date = Field(default=date(2026, 11, 19), description="first day (midnight in the spec's time zone)")
-    days: int = Field(default=2, ge=1, le=366, description="number of days of left traffic")
-    left_events_per_day: int = Field(default=20_000, ge=1, description="left (search) events per day")
-
-    # traffic shape
-    diurnal_amplitude: float = Field(
-        default=0.6, ge=0.0, lt=1.0,
-        description="rate(h) ∝ 1 + a·cos(2π(h − peak)/24): 0 = flat, 0.6 = 4x day/night ratio")
-    diurnal_peak_hour: float = Field(default=20.0, ge=0.0, lt=24.0, description="local hour of peak traffic")
-    night_hours: tuple[int, int] = Field(
-        default=(0, 6), description="[start, end) local hours of the night (wraps, e.g. [22, 6])")
-
-    # keys and sessions
-    distinct_keys_per_day: int | None = Field(
-        default=None, ge=1,
-        description="session keys per day, at most left_events_per_day (default: 85% of it); each key "
-                    "gets one left event and the rest go to keys by a Zipf law")
-    key_zipf_exponent: float = Field(
-        default=0.7, ge=0.0, le=3.0, description="Zipf exponent of the extra left events per key (0 = uniform)")
-    session_gap: Duration = Field(
-        default=timedelta(minutes=2), description="a session's searches spread over size × gap")
-    session_max_duration: Duration = Field(
-        default=timedelta(hours=12), description="cap on a session's spread")
-
-    # right events per left event, and their event times
-    unmatched_share: float = Field(default=0.08, ge=0.0, le=1.0, description="share of left events with no right event")
-    right_per_match_mean: float = Field(
-        default=1.5, ge=1.0, le=50.0, description="mean right events per matched left (1 + geometric)")
-    right_per_match_max: int = Field(default=20, ge=1, description="cap on right events per left event")
-    right_offset_median: Duration = Field(
-        default=timedelta(seconds=20), description="median right.event_time − left.event_time (lognormal body)")
-    right_offset_sigma: float = Field(default=1.5, gt=0.0, le=5.0, description="lognormal sigma of that offset")
-    right_before_share: float = _share(0.03, "share of right events *before* their left event")
-    right_before_max: Duration = Field(default=timedelta(minutes=10), description="how far before, uniform")
-    right_late_share: float = _share(0.02, "share of right events beyond the spec window's upper bound")
-    right_late_mean: Duration = Field(
-        default=timedelta(minutes=40), description="mean excess beyond the upper bound (exponential)")
-    right_orphan_share: float = _share(
-        0.01, "right events with a key no left event has (lost server logs), per linked right event")
-
-    # arrival delays (arrival = Kafka record timestamp)
-    left_delay_median: Duration = Field(default=timedelta(seconds=2), description="server log delay, lognormal median")
-    left_delay_sigma: float = Field(default=0.7, gt=0.0, le=5.0, description="lognormal sigma of the left delay")
-    left_straggler_share: float = _share(0.001, "left events from a lagging server")
-    left_straggler_max: Duration = Field(default=timedelta(minutes=30), description="straggler delay, uniform from 1m")
-    right_delay_median: Duration = Field(default=timedelta(seconds=30), description="client log delay body, lognormal median")
-    right_delay_sigma: float = Field(default=1.3, gt=0.0, le=5.0, description="lognormal sigma of the body")
-    right_tail_share_day: float = _share(0.025, "share of right events in the hours-long tail, by day")
-    right_tail_share_night: float = _share(0.08, "the same at night (local time of the event)")
-    right_tail_median: Duration = Field(default=timedelta(minutes=45), description="tail delay, lognormal median")
-    right_tail_sigma: float = Field(default=1.2, gt=0.0, le=5.0, description="lognormal sigma of the tail")
-    night_delay_factor: float = Field(default=2.0, ge=1.0, le=100.0, description="body delay multiplier at night")
-    right_delay_max: Duration = Field(
-        default=timedelta(hours=24), description="cap on a good right delay (also kept below max_past)")
-
-    bad: BadShares = Field(default_factory=BadShares, description="bad-record shares per quarantine reason")
-
-    @field_validator("night_hours")
-    @classmethod
-    def _hours(cls, v: tuple[int, int]) -> tuple[int, int]:
-        if not all(0 <= h <= 24 for h in v):
-            raise ValueError("hours must be between 0 and 24")
-        return v
-
-    @model_validator(mode="after")
-    def _consistent(self) -> WorkloadParams:
-        positive = ("session_gap", "session_max_duration", "right_offset_median", "right_late_mean",
-                    "left_delay_median", "left_straggler_max", "right_delay_median", "right_tail_median",
-                    "right_delay_max")
-        for name in positive:
-            if getattr(self, name).total_seconds() <= 0:
-                raise ValueError(f"{name}: must be positive")
-        if self.right_before_max.total_seconds() < 0:
-            raise ValueError("right_before_max: must be zero or positive")
-        if self.left_straggler_max < timedelta(minutes=1):
-            raise ValueError("left_straggler_max: must be at least 1m")
-        if self.distinct_keys_per_day is not None and self.distinct_keys_per_day > self.left_events_per_day:
-            raise ValueError(
-                f"distinct_keys_per_day: must not exceed left_events_per_day ({self.left_events_per_day})")
-        if self.right_before_share + self.right_late_share > 1:
-            raise ValueError("right_before_share + right_late_share: must not exceed 1")
-        return self
-
-    @property
-    def keys_per_day(self) -> int:
-        return self.distinct_keys_per_day or max(1, round(self.left_events_per_day * 0.85))
-
-
-def parse_workload(data: Any, source: str = "<workload>") -> WorkloadParams:
-    """Validate a mapping (parsed YAML) into :class:`WorkloadParams`; errors name every bad field."""
-    return validate_model(WorkloadParams, {} if data is None else data, source, "workload")
-
-
-def load_workload(path: str | Path) -> WorkloadParams:
-    """Read and validate a workload YAML file (an empty file means all defaults)."""
-    data, source = read_yaml(path, "workload file")
-    return parse_workload(data, source=source)
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,165 +127,6 @@ class Workload:
         }
 
 
-# --------------------------------------------------------------------------------------------
-# Time helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _ms(td: timedelta) -> int:
-    return int(round(td.total_seconds() * 1000))
-
-
-def _local_midnight_ms(d: date, tz: str) -> int:
-    return int(datetime.combine(d, dtime(0), ZoneInfo(tz)).timestamp() * 1000)
-
-
-class _Clock:
-    """Local time of epoch milliseconds in one zone, via a per-minute lookup table."""
-
-    STEP = 60_000
-
-    def __init__(self, tz: str, lo_ms: int, hi_ms: int):
-        self.g0 = (lo_ms // self.STEP - 1) * self.STEP
-        n = int((hi_ms - self.g0) // self.STEP + 2)
-        grid = self.g0 + np.arange(n, dtype=np.int64) * self.STEP
-        idx = pd.DatetimeIndex(grid.astype("datetime64[ms]")).tz_localize("UTC").tz_convert(tz)
-        self.local_minute = (idx.hour * 60 + idx.minute).to_numpy().astype(np.int64)
-        self.grid = grid
-
-    def hour(self, ms: np.ndarray) -> np.ndarray:
-        """Fractional local hour of day, in [0, 24)."""
-        i = np.clip((ms - self.g0) // self.STEP, 0, len(self.local_minute) - 1)
-        return (self.local_minute[i] + (ms - self.grid[i]) / self.STEP) / 60.0
-
-
-def _is_night(hours: np.ndarray, night: tuple[int, int]) -> np.ndarray:
-    a, b = night
-    if a == b:
-        return np.zeros(hours.shape, dtype=bool)
-    if a < b:
-        return (hours >= a) & (hours < b)
-    return (hours >= a) | (hours < b)
-
-
-def _ds_of(ms: np.ndarray, tz: str) -> np.ndarray:
-    """Arrival date (ds) in the spec's zone, as 'YYYY-MM-DD' strings."""
-    idx = pd.DatetimeIndex(np.asarray(ms, dtype=np.int64).astype("datetime64[ms]")).tz_localize("UTC")
-    return idx.tz_convert(tz).strftime("%Y-%m-%d").to_numpy()
-
-
-# Fast text: fixed-width byte matrices, decoded in one go and split into Python strings.
-
-_DIGITS4 = np.array([list(f"{i:04d}".encode()) for i in range(10_000)], dtype=np.uint8)
-_HMS = np.array([list(f"{h:02d}:{m:02d}:{s:02d}".encode())
-                 for h in range(24) for m in range(60) for s in range(60)], dtype=np.uint8)
-_MILLIS = np.array([list(f".{i:03d}Z".encode()) for i in range(1000)], dtype=np.uint8)
-
-
-def _texts(mat: np.ndarray) -> np.ndarray:
-    """Rows of an ASCII byte matrix -> object array of str."""
-    n, w = mat.shape
-    if n == 0:
-        return np.array([], dtype=object)
-    buf = np.empty((n, w + 1), dtype=np.uint8)
-    buf[:, :w] = mat
-    buf[:, w] = 10
-    return np.array(buf.tobytes().decode("ascii").split("\n")[:-1], dtype=object)
-
-
-def _digit_matrix(x: np.ndarray, width: int) -> np.ndarray:
-    """Zero-padded decimal digits of non-negative ints, ``width`` columns (must be wide enough)."""
-    x = np.asarray(x, dtype=np.int64)
-    cols = -(-width // 4) * 4
-    out = np.empty((len(x), cols), dtype=np.uint8)
-    for j in range(cols // 4):
-        out[:, cols - 4 * (j + 1): cols - 4 * j] = _DIGITS4[(x // 10 ** (4 * j)) % 10_000]
-    return out[:, cols - width:]
-
-
-def fixed_ids(prefix: str, x: np.ndarray, width: int) -> np.ndarray:
-    """``prefix`` + zero-padded ``x`` (e.g. "L000000123"), as an object array of str."""
-    x = np.asarray(x, dtype=np.int64)
-    width = max(width, len(str(int(x.max()))) if len(x) else 1)
-    p = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
-    mat = np.empty((len(x), len(p) + width), dtype=np.uint8)
-    mat[:, : len(p)] = p
-    mat[:, len(p):] = _digit_matrix(x, width)
-    return _texts(mat)
-
-
-def iso_ms(ms: np.ndarray) -> np.ndarray:
-    """Epoch ms -> ISO-8601 UTC strings with milliseconds and 'Z' (object array of str)."""
-    ms = np.asarray(ms, dtype=np.int64)
-    if not len(ms):
-        return np.array([], dtype=object)
-    day = ms // 86_400_000
-    rem = ms - day * 86_400_000
-    d0 = int(day.min())
-    days = np.arange(d0, int(day.max()) + 1).astype("datetime64[D]")
-    dtab = np.frombuffer("".join(f"{d}T" for d in days).encode("ascii"), dtype=np.uint8)
-    if len(dtab) != 11 * len(days):  # years outside 0000..9999
-        return np.array([_iso1(int(v)) for v in ms], dtype=object)
-    mat = np.empty((len(ms), 24), dtype=np.uint8)
-    mat[:, :11] = dtab.reshape(-1, 11)[day - d0]
-    mat[:, 11:19] = _HMS[rem // 1000]
-    mat[:, 19:] = _MILLIS[rem % 1000]
-    return _texts(mat)
-
-
-def _iso1(ms: int) -> str:
-    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def _formatter(parts: list[tuple[str, bool]]) -> Callable[..., list[str]]:
-    """A fast row formatter for compact JSON objects: ``f(*columns) -> [json, ...]``.
-
-    ``parts`` are (column name, quoted) in order; column names are plain identifiers (the spec
-    checks) and quoted values are generated text that needs no JSON escaping.
-    """
-    for name, _ in parts:
-        assert _IDENT.match(name), name
-    fields = ",".join(f'"{name}":' + ('"{c%d}"' % i if quoted else "{c%d}" % i)
-                      for i, (name, quoted) in enumerate(parts))
-    args = ", ".join(f"c{i}" for i in range(len(parts)))
-    src = f"lambda *cols: [f'{{{{{fields}}}}}' for {args}{',' if len(parts) == 1 else ''} in zip(*cols)]"
-    return eval(src)  # noqa: S307 - built from identifiers only
-
-
-# --------------------------------------------------------------------------------------------
-# Payload vocabularies (column-name aware, with a fallback by type)
-# --------------------------------------------------------------------------------------------
-
-_QUERY_WORDS = (
-    "cheap flights", "weather", "pizza near me", "news", "football scores", "recipes", "jobs",
-    "hotels", "movie times", "python tutorial", "translate", "maps", "bank login", "stock price",
-    "running shoes", "laptop deals", "concert tickets", "pharmacy hours", "car rental", "yoga",
-    "electric bikes", "holiday gifts", "black friday", "tax calculator", "coffee shop", "gym",
-    "vegan cake", "winter jacket", "train schedule", "phone repair", "dentist", "museum",
-    "book club", "garden tools", "dog food", "piano lessons", "ski resort", "sushi", "camping",
-    "headphones", "thanksgiving recipes", "flu symptoms", "used cars", "apartment rent",
-)
-_QUERY_MODIFIERS = ("", "best ", "cheap ", "how to ", "open now ", "2026 ", "reviews ")
-_ACTIONS = (("click", 0.70), ("dwell", 0.14), ("back", 0.08), ("save", 0.05), ("share", 0.03))
-_EXTRA_FIELDS = (("debug", "true"), ("client_version", '"9.4.1"'), ("experiment_id", '"exp_42"'),
-                 ("trace_id", '"7f3a9c"'), ("app_build", "20261118"))
-_BAD_VALUES = {
-    "int": ('"abc"', '"n/a"', '"twelve"', '"12abc"', '"1O"'),
-    "long": ('"abc"', '"n/a"', '"twelve"', '"12abc"'),
-    "double": ('"abc"', '"n/a"', '"1,5"', '"12abc"'),
-    "boolean": ('"maybe"', '"n/a"', '"yes please"'),
-    "timestamp": ('"not-a-time"', '"2026-13-45T25:61:00.000Z"'),
-}
-#: Unparsable event times (JSON literals); None = the field is missing.
-_BAD_TIMES = ('"not-a-time"', '"2026-13-45T25:61:00.000Z"', '"20/11/2026 10:15:30"', '""', "null", None)
-
-
-def _zipf_pick(rng: np.random.Generator, size: int, n: int, exponent: float = 1.0) -> np.ndarray:
-    w = np.arange(1, size + 1, dtype=np.float64) ** -exponent
-    cdf = np.cumsum(w)
-    return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right"), size - 1)
-
 
 # --------------------------------------------------------------------------------------------
 # The generator
@@ -471,7 +148,7 @@ class _Side:
     values: list[str]                          # the JSON payloads
 
 
-class _Generator:
+class _Generator(_BadRecords):
     def __init__(self, params: WorkloadParams, spec: JoinSpec):
         self.p = params
         self.spec = spec
@@ -671,106 +348,6 @@ class _Generator:
 
     # -- bad records ------------------------------------------------------------------------
 
-    def bad_records(self, s: _Side) -> tuple[dict[str, list], dict[str, list]]:
-        """Bad (and, under ``unknown_fields: ignore``, extra-field good) records of one side."""
-        p, stream = self.p, s.stream
-        rng = self.rng(f"{s.name}.bad")
-        shares = p.bad.as_dict()
-        eligible = [c for c, t in stream.schema_.items()
-                    if t != "string" and c not in (stream.id, stream.event_time, *stream.key)]
-        if not eligible:
-            shares["bad_type"] = 0.0
-        n_good = len(s.event_ms)
-        total = n_good / max(1e-9, 1.0 - sum(shares.values()))
-        counts = {c: int(round(shares[c] * total)) for c in BAD_CLASSES}
-        # templates leave room for a later arrival without breaking timestamp validity
-        slack = self.max_past_ms - (s.arrival_ms - s.event_ms)
-        candidates = np.flatnonzero(slack > 12 * 60_000)
-        need = sum(counts.values())
-        if need > len(candidates):
-            raise ValueError(f"{s.name}: not enough events to derive {need} bad records from")
-        templates = rng.choice(candidates, size=need, replace=False)
-        cols = list(stream.schema_)
-        string_id = stream.schema_[stream.id] == "string"
-        new_ids = _ids(s.name, np.arange(n_good, n_good + need), string_id)
-        unknown_ignored = self.spec.unknown_fields == UnknownFields.ignore
-        out: dict[str, list] = {c: [] for c in ("key", "value", "arrival_ms", "event_id", "expected_reason")}
-        extra_good: dict[str, list] = {"template": [], "id": [], "arrival_ms": []}
-
-        def literal(col: str, i: int) -> str:
-            vals, quoted = s.text[col]
-            return f'"{vals[i]}"' if quoted else str(vals[i])
-
-        for pos, cls in enumerate(c for c in BAD_CLASSES for _ in range(counts[c])):
-            t = int(templates[pos])
-            key: str | None = s.kafka_key[t]
-            if cls == "duplicate_event_id":
-                out["key"].append(key)
-                out["value"].append(s.values[t])
-                out["arrival_ms"].append(int(s.arrival_ms[t]) + int(rng.integers(1000, 600_000)))
-                out["event_id"].append(s.ids[t])
-                out["expected_reason"].append(cls)
-                continue
-            new_id = new_ids[pos]
-            arrival = int(s.arrival_ms[t]) + int(rng.integers(0, 60_000))
-            fields: dict[str, str | None] = {c: literal(c, t) for c in cols}
-            fields[stream.id] = f'"{new_id}"' if string_id else new_id
-            event_id: str | None = new_id
-            reason: str | None = cls
-            if cls == "null_key":
-                fields[stream.key[0]] = "null" if rng.random() < 0.6 else None
-                key = None
-            elif cls == "bad_event_time":
-                fields[stream.event_time] = _BAD_TIMES[int(rng.integers(len(_BAD_TIMES)))]
-            elif cls == "event_time_too_old":
-                et = arrival - self.max_past_ms - int(rng.integers(3_600_000, 10 * 86_400_000))
-                fields[stream.event_time] = f'"{_iso1(et)}"'
-            elif cls == "event_time_in_future":
-                et = arrival + self.max_future_ms + int(rng.integers(600_000, 3 * 86_400_000))
-                fields[stream.event_time] = f'"{_iso1(et)}"'
-            elif cls == "bad_type":
-                col = eligible[int(rng.integers(len(eligible)))]
-                choices = _BAD_VALUES[stream.schema_[col]]
-                fields[col] = choices[int(rng.integers(len(choices)))]
-            elif cls == "unexpected_field":
-                extras = [(k, v) for k, v in _EXTRA_FIELDS if k not in stream.schema_]
-                k, v = extras[int(rng.integers(len(extras)))]
-                fields[k] = v
-                if unknown_ignored:  # not a problem under this spec: a good event
-                    reason = None
-                    extra_good["template"].append(t)
-                    extra_good["id"].append(new_id if string_id else int(new_id))
-                    extra_good["arrival_ms"].append(arrival)
-            text = "{" + ",".join(f'"{c}":{v}' for c, v in fields.items() if v is not None) + "}"
-            if cls == "malformed_json":
-                text, event_id = _malform(text, fields, rng), None
-            out["key"].append(key)
-            out["value"].append(text)
-            out["arrival_ms"].append(arrival)
-            out["event_id"].append(event_id)
-            out["expected_reason"].append(reason)
-        return out, extra_good
-
-
-def _ids(side: str, seq: np.ndarray, string_id: bool) -> np.ndarray:
-    """Event ids as text: "L000000123" / "R000000456" for string ids, 1-based numbers otherwise."""
-    if string_id:
-        return fixed_ids("L" if side == "left" else "R", seq, 9)
-    return np.array([str(v + 1) for v in np.asarray(seq).tolist()], dtype=object)
-
-
-def _malform(text: str, fields: dict[str, str | None], rng: np.random.Generator) -> str:
-    """A value that is not a JSON object: truncated, form-encoded text, an array or a scalar."""
-    u = rng.random()
-    if u < 0.5:
-        return text[: int(rng.integers(1, len(text) - 1))]
-    plain = {k: json.loads(v) for k, v in fields.items() if v is not None}
-    if u < 0.7:
-        return "&".join(f"{k}={v}" for k, v in plain.items())
-    if u < 0.85:
-        return json.dumps(list(plain.values()), separators=(",", ":"))
-    return ("null", '"server restarted"', "42", "")[int(rng.integers(4))]
-
 
 def _good_frame(s: _Side, extra: dict[str, list]) -> pd.DataFrame:
     """Typed good events in arrival order (plus extra-field events kept under ``ignore``)."""
@@ -849,128 +426,3 @@ def generate(params: WorkloadParams, spec: JoinSpec) -> Workload:
     links = pd.DataFrame({"left_event_id": left.ids[li[by_left]], "right_event_id": right.ids[by_left]})
     return Workload(records=records, left=frames["left"], right=frames["right"], links=links,
                     params=params, spec=spec)
-
-
-def iter_slices(records: pd.DataFrame, slice_minutes: float) -> Iterator[tuple[int, pd.DataFrame]]:
-    """Cut ``records`` (sorted by ``arrival_ms``) into consecutive arrival-time slices.
-
-    Yields ``(slice_end_ms, frame)`` for every slice from the one holding the first record to
-    the one holding the last, empty slices included (simulated real time keeps ticking); a
-    slice holds the records with ``slice_end_ms - slice_ms <= arrival_ms < slice_end_ms``.
-    Slice boundaries are multiples of the slice length since the epoch.
-    """
-    if slice_minutes <= 0:
-        raise ValueError("slice_minutes must be positive")
-    if records.empty:
-        return
-    step = int(round(slice_minutes * 60_000))
-    arr = records["arrival_ms"].to_numpy(dtype=np.int64)
-    if np.any(np.diff(arr) < 0):
-        raise ValueError("records must be sorted by arrival_ms")
-    end = (int(arr[0]) // step + 1) * step
-    pos = 0
-    while pos < len(arr):
-        nxt = int(np.searchsorted(arr, end, side="left"))
-        yield end, records.iloc[pos:nxt]
-        pos = nxt
-        end += step
-
-
-# --------------------------------------------------------------------------------------------
-# Publisher
-# --------------------------------------------------------------------------------------------
-
-
-def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """The publisher's KafkaProducer settings: batching, zstd, acks=all, idempotent (ordered)."""
-    return {
-        "bootstrap_servers": bootstrap,
-        "acks": "all",
-        "compression_type": "zstd",
-        "linger_ms": 20,
-        "batch_size": 256 * 1024,
-        "max_request_size": 8 * 1024 * 1024,
-        "enable_idempotence": True,
-        "client_id": "joinshift-workload",
-        **overrides,
-    }
-
-
-def publish(records: pd.DataFrame, bootstrap: str, *, progress: Callable[[int, int], None] | None = None,
-            every: int = 50_000, producer: Any = None) -> dict[str, int]:
-    """Send every record to its topic, in arrival order, with ``timestamp_ms = arrival_ms``.
-
-    Keys and values are sent as UTF-8 (a ``None`` key stays null). The producer batches
-    (linger, large batches), compresses with zstd, waits for all in-sync replicas
-    (``acks='all'``) and is idempotent, so records keep their order within a partition; records
-    with the same key go to the same partition (default partitioner). ``progress(sent, total)``
-    is called every ``every`` records and at the end. Returns the number of records sent per
-    topic; raises ``RuntimeError`` if any record could not be sent.
-
-    Publishing slice after slice? Pass one ``producer=KafkaProducer(**producer_config(bootstrap))``
-    to every call (it is flushed, not closed) instead of connecting again for each slice.
-    """
-    from kafka import KafkaProducer  # the generator does not need Kafka
-
-    if records.empty:
-        return {}
-    topics = records["topic"].to_numpy()
-    keys = [None if k is None else k.encode("utf-8") for k in records["key"].to_numpy()]
-    values = [v.encode("utf-8") for v in records["value"].to_numpy()]
-    stamps = records["arrival_ms"].to_numpy(dtype=np.int64).tolist()
-    total = len(values)
-    errors: list[BaseException] = []
-
-    def on_error(exc: BaseException) -> None:
-        errors.append(exc)
-
-    own = producer is None
-    if own:
-        producer = KafkaProducer(**producer_config(bootstrap))
-    try:
-        for i, (topic, key, value, ts) in enumerate(zip(topics, keys, values, stamps), 1):
-            producer.send(topic, value=value, key=key, timestamp_ms=ts).add_errback(on_error)
-            if progress is not None and i % every == 0:
-                progress(i, total)
-        producer.flush()
-    finally:
-        if own:
-            producer.close()
-    if errors:
-        raise RuntimeError(f"{len(errors)} of {total} records were not sent; first error: {errors[0]!r}")
-    if progress is not None:
-        progress(total, total)
-    counts = pd.Series(topics).value_counts()
-    return {str(t): int(n) for t, n in counts.sort_index().items()}
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    from jobs.spec import load_spec
-
-    ap = argparse.ArgumentParser(prog="python -m jobs.workload", description=__doc__.split("\n")[0])
-    ap.add_argument("--spec", default="include/specs/search_sessions.yaml")
-    ap.add_argument("--workload", default="include/workloads/search_sessions.yaml")
-    ap.add_argument("--publish", metavar="BOOTSTRAP", help="send the records to this Kafka cluster")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    spec, params = load_spec(args.spec), load_workload(args.workload)
-    t = time.perf_counter()
-    wl = generate(params, spec)
-    log.info("generated %d records in %.1fs", len(wl.records), time.perf_counter() - t)
-    print(json.dumps(wl.summary(), indent=2))
-    if args.publish:
-        t = time.perf_counter()
-        counts = publish(wl.records, args.publish,
-                         progress=lambda i, n: log.info("published %d/%d", i, n))
-        dt = time.perf_counter() - t
-        log.info("published %s in %.1fs (%.0f records/s)", counts, dt, len(wl.records) / dt)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -22,7 +22,8 @@ import yaml
 from kafka import KafkaProducer
 
 from jobs.operate import checkpoint as ckpt
-from jobs.operate.checkpoint import backup_checkpoint, inspect_checkpoint, validate_checkpoint
+from jobs.operate.checkpoint import backup_checkpoint, inspect_checkpoint
+from jobs.operate.checkpoint_validate import validate_checkpoint
 from jobs.storage.kafka import create_topic
 from jobs.steps.stream import start_streaming_join
 from jobs.storage.tables import Tables
@@ -246,11 +247,11 @@ def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
     assert Path(json.loads(capsys.readouterr().out)["backup"]).is_dir()
 
     # no broker running: inspect still works, lag "unknown"
-    import jobs.kafka_broker
+    import jobs.storage.kafka
 
     def no_broker(*_a, **_k):
         raise RuntimeError("No Kafka broker")
-    monkeypatch.setattr(jobs.kafka_broker, "bootstrap_servers", no_broker)
+    monkeypatch.setattr(jobs.storage.kafka, "bootstrap_servers", no_broker)
     assert ckpt.main(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["kafka"]["lag"] == "unknown" and "joinshift kafka start" in info["kafka"]["reason"]

@@ -30,7 +30,8 @@ def _utc(d: date) -> datetime:
 def pipeline(spark, kafka, dagbag, spec, test_settings, test_root):
     """Run the DAGs once for the module; yield what the tests need."""
     from jobs.spec import load_spec  # noqa: F401  (spec fixture is the demo spec)
-    from jobs.workload.generator import generate, parse_workload
+    from jobs.workload.generator import generate
+    from jobs.workload.params import parse_workload
 
     workload_file = test_root / "workload.yaml"
     workload_file.write_text(yaml.safe_dump(WORKLOAD))

@@ -35,7 +35,9 @@ from pyspark.sql import functions as F
 from jobs.storage import delta_io
 from jobs.join.conditions import join_events
 from jobs.accuracy.compare import METRIC_COLUMNS
-from jobs.quality.gates import (EXPECTATIONS_DIR, KINDS, GateFailed, assert_gates, build_suites, gates_path, load_suites, run_gates, suite_dict, suites_out_of_sync, validate_frame, write_gate_results, write_suites)
+from jobs.quality.gates import GateFailed, assert_gates, gates_path, run_gates, validate_frame, write_gate_results
+from jobs.quality.suites import (EXPECTATIONS_DIR, KINDS, build_suites, load_suites, suite_dict, suites_out_of_sync,
+                                 write_suites)
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinOptions, JoinType
 from jobs.storage.tables import Tables
 

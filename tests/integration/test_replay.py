@@ -43,7 +43,9 @@ def _run(spark, spec, kafka, s):
 @pytest.fixture(scope="module")
 def topics(kafka, spec):
     from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     deployed = _spec_for(spec, "replay")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5), spec)

@@ -34,7 +34,9 @@ def deployed(spark, kafka, spec, test_root):
     landed days and their batch join."""
     from jobs.storage.kafka import create_topic
     from jobs.spec import write_spec
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     rb = spec.model_copy(update={
         "pipeline": NAME,

@@ -48,7 +48,9 @@ def _output(spark, spec, s):
 def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
         spark, kafka, spec, test_settings, test_root, cardinality):
     from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import WorkloadParams, generate, publish
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
     name = "exactly_once_" + cardinality.replace("-", "")
     eo = _isolated_spec(spec, name, cardinality)

@@ -17,7 +17,10 @@ import pandas as pd
 import pytest
 
 from jobs.spec import JoinSpec, SpecError, UnknownFields, load_spec
-from jobs.workload.generator import (BAD_CLASSES, RECORD_COLUMNS, WorkloadParams, generate, iso_ms, iter_slices, load_workload, parse_workload)
+from jobs.workload.generator import generate, RECORD_COLUMNS
+from jobs.workload.params import BAD_CLASSES, load_workload, parse_workload, WorkloadParams
+from jobs.workload.publisher import iter_slices
+from jobs.workload.texts import iso_ms
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_FILE = ROOT / "include" / "specs" / "search_sessions.yaml"
