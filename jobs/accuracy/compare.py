@@ -8,7 +8,7 @@ a large one says "this side can shrink".
 
 Run one ds::
 
-    python -m jobs.compare --spec include/specs/search_sessions.yaml --ds 2026-11-20
+    joinshift compare --ds 2026-11-20
 """
 
 from __future__ import annotations

@@ -18,11 +18,10 @@ returns it, and the same pipelines run against an external cluster. Kafka client
 offsets, health probes) come from :mod:`jobs.storage.kafka`; the broker's settings, JVM options
 and start-up helpers from :mod:`jobs.local.kafka_setup`.
 
-CLI: ``python -m jobs.kafka_broker {start,stop,status}``.
+CLI: ``joinshift kafka {start,stop,status}``.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
@@ -30,7 +29,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,47 +365,3 @@ class EmbeddedKafka:
                 return True
             time.sleep(0.2)
         return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jobs.kafka_broker {start,stop,status}``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m jobs.kafka_broker",
-        description=(
-            "Run the project's embedded Apache Kafka broker (KRaft, one node, 127.0.0.1). "
-            "Data, config and state live in the kafka_home setting; logs go to "
-            "<log_dir>/kafka.log. Not needed when JOINSHIFT_KAFKA_BOOTSTRAP points at a cluster."
-        ),
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{start,stop,status}")
-    p_start = sub.add_parser("start", help="start the broker (no-op if running); prints the bootstrap servers")
-    p_start.add_argument("--timeout", type=float, default=60, help="seconds to wait until it answers (default 60)")
-    p_stop = sub.add_parser("stop", help="stop the broker cleanly; its data is kept")
-    p_stop.add_argument("--timeout", type=float, default=30, help="seconds before SIGKILL (default 30)")
-    sub.add_parser("status", help="print state, bootstrap and topics with end offsets as JSON")
-    args = parser.parse_args(argv)
-
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)  # probe refusals are expected
-
-    broker = EmbeddedKafka()
-    try:
-        if args.command == "start":
-            print(broker.start(timeout=args.timeout))
-        elif args.command == "stop":
-            broker.stop(timeout=args.timeout)
-        else:
-            print(json.dumps(broker.status(), indent=2))
-    except BrokerError as e:
-        log.error("%s", e)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

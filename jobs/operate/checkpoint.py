@@ -26,18 +26,16 @@ Three tools, none of which ever deletes or rewrites anything:
 
 CLI::
 
-    python -m jobs.checkpoint inspect  --spec include/specs/search_sessions.yaml [--json]
-    python -m jobs.checkpoint validate --spec include/specs/search_sessions.yaml [--json]   # exit 1 if broken
-    python -m jobs.checkpoint backup   --spec include/specs/search_sessions.yaml
+    joinshift checkpoint inspect  [--json]
+    joinshift checkpoint validate [--json]   # exit 1 if broken
+    joinshift checkpoint backup
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -240,9 +238,7 @@ def backup_checkpoint(path: str | Path) -> Path:
     return target
 
 
-# ------------------------------------------------------------------------------- CLI
-
-def _expected_query_id(progress_log: str) -> str | None:
+def expected_query_id(progress_log: str) -> str | None:
     """The query id that last reported progress for this pipeline (if any)."""
     try:
         lines = Path(progress_log).read_text().splitlines()
@@ -256,61 +252,3 @@ def _expected_query_id(progress_log: str) -> str | None:
         if qid:
             return str(qid)
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.checkpoint",
-                                description="Inspect, validate or back up the streaming join's checkpoint.")
-    p.add_argument("command", choices=("inspect", "validate", "backup"))
-    p.add_argument("--spec", required=True, help="join spec YAML (locates the checkpoint, names the topics)")
-    p.add_argument("--checkpoint", help="checkpoint folder (default: the spec's stream_join checkpoint)")
-    p.add_argument("--query", default="stream_join", help="query name whose checkpoint to use (default stream_join)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)  # refusals of a down broker are expected
-
-    from jobs.spec import SpecError, load_spec
-    from jobs.storage.tables import Tables
-
-    try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        print(f"jobs.checkpoint: {exc}", file=sys.stderr)
-        return 2
-    tables = Tables.of(spec)
-    path = args.checkpoint or tables.checkpoint(args.query)
-    try:
-        if args.command == "backup":
-            target = backup_checkpoint(path)
-            print(json.dumps({"backup": str(target)}) if args.json else f"backed up {path} to {target}")
-            return 0
-        if args.command == "validate":
-            expected = None if args.checkpoint else _expected_query_id(tables.progress_log(args.query))
-            health = validate_checkpoint(path, spec=spec, expected_query_id=expected, spec_arg=args.spec)
-            print(json.dumps(health.to_dict(), indent=2) if args.json else health.render())
-            return 0 if health.ok else 1
-        from jobs.storage.kafka import bootstrap_servers
-
-        try:
-            bootstrap = bootstrap_servers()
-        except Exception as e:  # no broker: inspect the checkpoint anyway, lag "unknown"
-            log.warning("Kafka lag unknown: %s", e)
-            bootstrap = None
-        spark = None
-        if local_path(path).is_dir():
-            from jobs.storage.spark import get_spark
-
-            spark = get_spark("joinshift-checkpoint-inspect")
-        info = inspect_checkpoint(spark, path, bootstrap, spec=spec)
-        if bootstrap is None:
-            info["kafka"]["reason"] = "no Kafka broker running (start it with `joinshift kafka start`)"
-        print(json.dumps(info, indent=2, default=str) if args.json else render_inspection(info))
-        return 0 if info["health"]["ok"] else 1
-    except CheckpointError as exc:
-        print(f"jobs.checkpoint: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

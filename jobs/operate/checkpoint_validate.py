@@ -18,7 +18,7 @@ _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9A-Za-z-]+)?\.(changelog|zip|delta|snaps
 
 
 def _replay_hint(spec_arg: str = "<spec>") -> str:
-    return (f"Keep this checkpoint as it is; back it up (python -m jobs.checkpoint backup --spec {spec_arg}) "
+    return (f"Keep this checkpoint as it is; back it up (joinshift checkpoint backup --spec {spec_arg}) "
             f"and rebuild the join from Kafka with `joinshift replay --spec {spec_arg}` (a fresh checkpoint "
             "that re-reads both topics from their earliest offsets).")
 
@@ -230,7 +230,7 @@ def _check_spec(h: CheckpointHealth, spec: Any, entries: list[Any], conf: dict[s
         h.add("incompatible_topics", "error",
               f"the checkpoint reads topic(s) {', '.join(sorted(topics))} but the spec joins "
               f"{', '.join(sorted(expected))}: this checkpoint belongs to another spec (changing subscribed "
-              f"topics is not allowed between restarts; see python -m jobs.plan). {hint}")
+              f"topics is not allowed between restarts; see joinshift plan). {hint}")
     n = conf.get("spark.sql.shuffle.partitions")
     if n and n.isdigit() and int(n) != spec.streaming.shuffle_partitions:
         h.add("shuffle_partitions_fixed", "warning",

@@ -18,7 +18,7 @@ run owns the output:
   written again and rows it never wrote are. Delta's streaming-sink idempotence (keyed by the
   query id, which a fresh checkpoint changes) would not protect this switch.
 
-    python -m jobs.replay --spec include/specs/search_sessions.yaml --cutover 2026-11-20T06:00:00Z
+    joinshift replay --spec include/specs/search_sessions.yaml --cutover 2026-11-20T06:00:00Z
 """
 
 from __future__ import annotations

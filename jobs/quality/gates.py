@@ -25,14 +25,13 @@ Usage::
     write_gate_results(spark, spec, date(2026, 11, 20), results)
     assert_gates(results)          # raises GateFailed with the readable summary
 
-    python -m jobs.quality write-suites --spec include/specs/search_sessions.yaml
-    python -m jobs.quality check-suites --spec include/specs/search_sessions.yaml
-    python -m jobs.quality run --spec include/specs/search_sessions.yaml --ds 2026-11-20
+    joinshift quality write-suites --spec include/specs/search_sessions.yaml
+    joinshift quality check-suites --spec include/specs/search_sessions.yaml
+    joinshift quality run --spec include/specs/search_sessions.yaml --ds 2026-11-20
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from collections.abc import Sequence
@@ -43,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.join.columns import ARRIVAL_TIME
 from jobs.quality.suites import (ACCURACY_DIFF, ARRIVAL_DS, EXPECTATIONS_DIR, KINDS, LATENESS, RAW_KINDS, _gx,
-                                 load_suites, suites_out_of_sync, write_suites)
+                                 load_suites)
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, load_spec
+from jobs.spec import JoinSpec
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -305,49 +304,6 @@ def assert_gates(results: Sequence[GateResult], *, allow_skipped: bool = True) -
 
 
 # ---------------------------------------------------------------- CLI
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.quality", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    for name, help_ in (("write-suites", "write the spec's suites under --dir"),
-                        ("check-suites", "exit 1 if the suite files differ from the spec's"),
-                        ("run", "run the gates for --ds, record them, exit 1 if one failed")):
-        sp = sub.add_parser(name, help=help_)
-        sp.add_argument("--spec", required=True, help="join spec YAML")
-        sp.add_argument("--dir", default=str(EXPECTATIONS_DIR), help="GX file context (default: expectations/)")
-        if name == "run":
-            sp.add_argument("--ds", required=True, type=date.fromisoformat, help="YYYY-MM-DD")
-            sp.add_argument("--kind", choices=KINDS, action="append", help="only this gate (repeatable)")
-    args = p.parse_args(argv)
-    spec = load_spec(args.spec)
-    if args.cmd == "write-suites":
-        for path in write_suites(spec, args.dir):
-            print(path)
-        return 0
-    if args.cmd == "check-suites":
-        drift = suites_out_of_sync(spec, args.dir)
-        if drift:
-            print(f"out of sync with {args.spec}: {', '.join(drift)}; run "
-                  f"`python -m jobs.quality write-suites --spec {args.spec}`")
-            return 1
-        print("suites in sync")
-        return 0
-    from jobs.storage.spark import get_spark
-
-    spark = get_spark("joinshift-quality")
-    results = run_gates(spark, spec, args.ds, kinds=args.kind or KINDS, suites_dir=args.dir)
-    write_gate_results(spark, spec, args.ds, results)
-    for r in results:
-        print(r.summary)
-    try:
-        assert_gates(results)
-    except GateFailed:
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 __all__ = [

@@ -38,7 +38,7 @@ The accuracy gate validates a one-row DataFrame (``ds``, ``stream_match_rate``,
     expectations/expectations/<pipeline>/<kind>.json  suite "<pipeline>.<kind>" (GX maps the dot
                                                      in a suite name to a folder)
 
-``python -m jobs.quality write-suites --spec include/specs/search_sessions.yaml`` writes them
+``joinshift quality write-suites --spec include/specs/search_sessions.yaml`` writes them
 from :func:`build_suites` (without GX's random ids, so regenerating gives a clean diff);
 :func:`run_gates` loads them through ``gx.get_context(mode="file")`` -- opening it reads only --
 so a hand edit (a looser bound, an extra expectation) takes effect without a code change.
@@ -80,10 +80,10 @@ SPARK_TYPE_NAMES = {
 
 #: The file context's configuration: suites on disk, every other store in memory, no data docs.
 CONTEXT_CONFIG = """\
-# Great Expectations file context of joinshift's data-quality gates (jobs/quality.py).
+# Great Expectations file context of joinshift's data-quality gates (jobs/quality/).
 # Only the expectation suites live on disk (expectations/<pipeline>/<kind>.json); validation runs
 # in an in-memory context, so nothing else is ever written here. Regenerate the suites from a spec:
-#   python -m jobs.quality write-suites --spec include/specs/<pipeline>.yaml
+#   joinshift quality write-suites --spec include/specs/<pipeline>.yaml
 config_version: 4
 analytics_enabled: false
 progress_bars:
@@ -211,7 +211,7 @@ def build_suites(spec: JoinSpec) -> dict[str, ExpectationSuite]:
             name=suite_name(spec, kind), expectations=ex,
             meta={"pipeline": spec.pipeline, "kind": kind},
             notes=f"Generated from the join spec of pipeline {spec.pipeline!r} by "
-                  "`python -m jobs.quality write-suites`; the gates read this file, edit it freely "
+                  "`joinshift quality write-suites`; the gates read this file, edit it freely "
                   "(check-suites reports drift from the spec)."
         )
         for kind, ex in built.items()
@@ -257,7 +257,7 @@ def load_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR,
     if not (root / "great_expectations.yml").is_file():
         raise FileNotFoundError(
             f"no Great Expectations context at {root} (great_expectations.yml missing); "
-            f"run `python -m jobs.quality write-suites --spec <spec>`")
+            f"run `joinshift quality write-suites --spec <spec>`")
     gx = _gx()
     context = gx.get_context(mode="file", context_root_dir=str(root))
     out = {}
@@ -265,7 +265,7 @@ def load_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR,
         if not _suite_path(root, spec, kind).is_file():
             raise FileNotFoundError(
                 f"suite {suite_name(spec, kind)} missing: {_suite_path(root, spec, kind)}; run "
-                f"`python -m jobs.quality write-suites --spec include/specs/{spec.pipeline}.yaml`")
+                f"`joinshift quality write-suites --spec include/specs/{spec.pipeline}.yaml`")
         out[kind] = context.suites.get(suite_name(spec, kind))
     return out
 

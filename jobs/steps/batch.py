@@ -10,7 +10,7 @@ streaming join projects its output through the same columns, so every variant ha
 
 Run one ds::
 
-    python -m jobs.batch_join --spec include/specs/search_sessions.yaml --ds 2026-11-20
+    joinshift batch --ds 2026-11-20
 """
 
 from __future__ import annotations

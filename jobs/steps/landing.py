@@ -7,7 +7,7 @@ table with the reason and the raw payload; every record of the ds is accounted f
 
 Run one ds::
 
-    python -m jobs.landing --spec include/specs/search_sessions.yaml --ds 2026-11-20
+    joinshift land --ds 2026-11-20
 """
 
 from __future__ import annotations

@@ -1,29 +1,21 @@
-"""Publishing a generated workload to Kafka in arrival order, and the workload command line.
+"""Publishing a generated workload to Kafka in arrival order.
 
 The publisher (:func:`publish`) is a thin kafka-python shell: it sends ``records`` in arrival order
 with the Kafka record timestamp set to ``arrival_ms``; its producer is
 :func:`jobs.storage.kafka.producer`.
 
-Command line::
-
-    python -m jobs.workload.publisher --spec include/specs/search_sessions.yaml \\
-        --workload include/workloads/search_sessions.yaml [--publish localhost:9092]
+Command line: ``joinshift generate [--workload FILE] [--dry-run]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from jobs.workload.generator import generate
-from jobs.workload.params import load_workload
 
 log = logging.getLogger("joinshift.workload")
 
@@ -104,32 +96,3 @@ def publish(records: pd.DataFrame, bootstrap: str, *, progress: Callable[[int, i
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    from jobs.spec import load_spec
-
-    ap = argparse.ArgumentParser(
-        prog="python -m jobs.workload",
-        description="A realistic, deterministic workload for a join spec, and a Kafka publisher for it.")
-    ap.add_argument("--spec", default="include/specs/search_sessions.yaml")
-    ap.add_argument("--workload", default="include/workloads/search_sessions.yaml")
-    ap.add_argument("--publish", metavar="BOOTSTRAP", help="send the records to this Kafka cluster")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    spec, params = load_spec(args.spec), load_workload(args.workload)
-    t = time.perf_counter()
-    wl = generate(params, spec)
-    log.info("generated %d records in %.1fs", len(wl.records), time.perf_counter() - t)
-    print(json.dumps(wl.summary(), indent=2))
-    if args.publish:
-        t = time.perf_counter()
-        counts = publish(wl.records, args.publish,
-                         progress=lambda i, n: log.info("published %d/%d", i, n))
-        dt = time.perf_counter() - t
-        log.info("published %s in %.1fs (%.0f records/s)", counts, dt, len(wl.records) / dt)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

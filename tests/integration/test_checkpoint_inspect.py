@@ -234,16 +234,21 @@ def test_backup_copies_everything_and_leaves_the_original(run):
 
 
 def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
+    from jobs.cli import main
+
+    def checkpoint_cli(argv: list[str]) -> int:  # `joinshift checkpoint ...`
+        return main(["checkpoint", *argv])
+
     cp, spec_file = run["checkpoint"], run["spec_file"]
-    assert ckpt.main(["validate", "--spec", spec_file, "--checkpoint", str(cp)]) == 0
+    assert checkpoint_cli(["validate", "--spec", spec_file, "--checkpoint", str(cp)]) == 0
     assert "OK" in capsys.readouterr().out
 
     broken = _broken_copy(run, lambda c: (c / "metadata").unlink())
-    assert ckpt.main(["validate", "--spec", spec_file, "--checkpoint", str(broken), "--json"]) == 1
+    assert checkpoint_cli(["validate", "--spec", spec_file, "--checkpoint", str(broken), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and any(i["code"] == "missing_metadata" for i in out["issues"])
 
-    assert ckpt.main(["backup", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
+    assert checkpoint_cli(["backup", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
     assert Path(json.loads(capsys.readouterr().out)["backup"]).is_dir()
 
     # no broker running: inspect still works, lag "unknown"
@@ -252,7 +257,7 @@ def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
     def no_broker(*_a, **_k):
         raise RuntimeError("No Kafka broker")
     monkeypatch.setattr(jobs.storage.kafka, "bootstrap_servers", no_broker)
-    assert ckpt.main(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
+    assert checkpoint_cli(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["kafka"]["lag"] == "unknown" and "joinshift kafka start" in info["kafka"]["reason"]
     assert info["state"]["status"] == "ok" and info["state"]["right"]["rows"] == 5

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from jobs.local.kafka_broker import BrokerError, EmbeddedKafka, main
+from jobs.cli import main
+from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
 from jobs.storage.kafka import bootstrap_servers, create_topic
 from jobs.settings import Settings, settings
 
@@ -93,7 +94,7 @@ def test_bootstrap_servers_tells_how_to_start_a_broker(tmp_path: Path) -> None:
 
 def test_cli_help_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["--help"])
+        main(["kafka", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "start" in out and "stop" in out and "status" in out

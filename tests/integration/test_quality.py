@@ -152,7 +152,7 @@ def test_suite_files_in_repo_are_in_sync_with_the_spec(spec):
     before = _snapshot(EXPECTATIONS_DIR)
     assert suites_out_of_sync(spec) == [], (
         "expectations/ differs from build_suites(spec): run "
-        "`python -m jobs.quality write-suites --spec include/specs/search_sessions.yaml`")
+        "`joinshift quality write-suites --spec include/specs/search_sessions.yaml`")
     loaded = load_suites(spec)  # through GX's file context
     built = build_suites(spec)
     assert set(loaded) == set(KINDS)
