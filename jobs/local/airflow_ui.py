@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlparse
 
 from jobs.settings import PROJECT_ROOT
@@ -189,7 +189,7 @@ class AirflowStandalone:
         self.proc = None
         self.stop_seconds = time.monotonic() - t0
 
-    def __enter__(self) -> AirflowStandalone:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

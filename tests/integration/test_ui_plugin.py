@@ -327,7 +327,14 @@ def standalone(airflow_db, storage_root, tmp_path, request):
 
 
 def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
-    from jobs.local.airflow_ui import chromium_page, cookies, find_chromium, login, open_plugin_in_ui, plugin_frame
+    from jobs.local.airflow_ui import (
+        chromium_page,
+        cookies,
+        find_chromium,
+        login,
+        open_plugin_in_ui,
+        plugin_frame,
+    )
 
     if not find_chromium():
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
