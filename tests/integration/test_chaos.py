@@ -19,7 +19,13 @@ KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, spec, test_settings, test_root):
-    from bench.chaos import chaos_run, isolated_spec, output_rows, publish_workload, reference_output
+    from jobs.local.chaos import (
+        chaos_run,
+        isolated_spec,
+        output_rows,
+        publish_workload,
+        reference_output,
+    )
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.operate.health import health_log, load_health_table
     from jobs.spec import write_spec

@@ -24,7 +24,7 @@ def _state(dr) -> str:
 
 @pytest.fixture(scope="module")
 def pipeline(kafka, spec, test_root):
-    from bench.chaos import isolated_spec, publish_workload
+    from jobs.local.chaos import isolated_spec, publish_workload
     from jobs.spec import write_spec
 
     name = "dagrestart"
@@ -47,7 +47,7 @@ def _pairs(spark, ps):
 
 
 def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kafka, pipeline):
-    from bench.chaos import _wait, delta_version
+    from jobs.local.chaos import delta_version, wait_until
     from jobs.storage.processes import pid_alive
     from jobs.operate.process import StreamProcess
     from jobs.storage.hold import current_hold
@@ -64,13 +64,13 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert first.find(), "the supervised stream process runs on after the DAG run"
     running = subprocess.run(["pgrep", "-f", f"jobs.cli stream --spec {path}"], capture_output=True, text=True)
     assert len(running.stdout.split()) == 1, "every poke must adopt the one process, not start another"
-    assert _wait(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
+    assert wait_until(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
     states = {r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health"))
               .select("state").collect()}
     assert states & {"starting", "running"}, states
 
     # the supervised stream drains what Kafka holds: then the old run's output is final
-    assert _wait(lambda: _drained(ps, kafka), 240), "the supervised stream did not catch up"
+    assert wait_until(lambda: _drained(ps, kafka), 240), "the supervised stream did not catch up"
     before = _pairs(spark, ps)
     assert before
 
@@ -159,7 +159,7 @@ def _other_process_hold(hs):
 def test_a_replay_dag_run_fails_at_the_retention_check_and_stops_nothing(dagbag, kafka, spec, test_root):
     from kafka import KafkaAdminClient, TopicPartition
 
-    from bench.chaos import isolated_spec, publish_workload
+    from jobs.local.chaos import isolated_spec, publish_workload
     from jobs.spec import write_spec
     from jobs.storage.tables import Tables
 

@@ -6,8 +6,8 @@
    and auth with Airflow's real SimpleAuthManager (no token → 401 or a redirect to the login page,
    a bad token → 401/403, a real JWT → 200, no permission → 403).
 2. For real: ``airflow standalone`` on a free port with a temporary AIRFLOW_HOME and reports in a
-   temporary storage root, headless Chromium driven over the DevTools protocol logs in through
-   Airflow's login form, opens the "Join accuracy" nav entry (the page in the UI's iframe),
+   temporary storage root, headless Chromium driven by Playwright logs in through Airflow's
+   login form, opens the "Join accuracy" nav entry (the page in the UI's iframe),
    checks what it shows, opens a daily report from it and takes a screenshot.
 """
 
@@ -54,7 +54,7 @@ def plugin():
 @pytest.fixture(scope="module")
 def storage_root(tmp_path_factory) -> Path:
     """A storage root with three days of reports and a file next to (outside) the reports root."""
-    from bench.ui_screenshot import write_example_reports
+    from jobs.local.airflow_ui import write_example_reports
 
     root = tmp_path_factory.mktemp("ui-storage")
     write_example_reports(root, DAYS)
@@ -316,7 +316,7 @@ def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, mon
 @pytest.fixture()
 def standalone(airflow_db, storage_root, tmp_path, request):
     """``airflow standalone`` on a free port; always stopped (process group) at the end."""
-    from bench.ui_screenshot import AirflowStandalone
+    from jobs.local.airflow_ui import AirflowStandalone
 
     af = AirflowStandalone(tmp_path / "airflow-home", storage_root, password="testpass",
                            db=airflow_db / "airflow.db")
@@ -327,7 +327,14 @@ def standalone(airflow_db, storage_root, tmp_path, request):
 
 
 def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
-    from bench.ui_screenshot import Chromium, find_chromium, login, open_plugin_in_ui
+    from jobs.local.airflow_ui import (
+        chromium_page,
+        cookies,
+        find_chromium,
+        login,
+        open_plugin_in_ui,
+        plugin_frame,
+    )
 
     if not find_chromium():
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
@@ -349,45 +356,46 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         r = http.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html")
         assert r.status_code == 401 and "daily accuracy report" not in r.text
 
-    with Chromium(tmp_path / "chromium-profile", width=1440, height=1000) as browser:
+    with chromium_page(width=1440, height=1000) as page:
         lap("chromium up")
-        login(browser, base, "admin", "testpass")
+        login(page, base, "admin", "testpass")
         lap("logged in")
         # the nav entry, then the page inside the UI's iframe
-        browser.wait_for("!!document.querySelector('a[href$=\"plugin/join-accuracy\"]')",
-                         timeout=30, what="the Join accuracy nav entry")
-        nav_text = browser.evaluate(
-            "document.querySelector('a[href$=\"plugin/join-accuracy\"]').textContent")
+        nav = page.locator('a[href$="plugin/join-accuracy"]').first
+        nav.wait_for(state="attached", timeout=30_000)
+        nav_text = nav.text_content()
         assert "Join accur" in nav_text
-        text = open_plugin_in_ui(browser, base)
+        text = open_plugin_in_ui(page, base)
         lap("page open in the UI")
         assert "Join accuracy" in text and PIPELINE in text
         assert PCT.search(text), text[:500]
-        frame = "document.querySelector('iframe').contentDocument"
-        assert browser.evaluate(f"{frame}.querySelectorAll('.badge.pass[data-gate]').length") == 4
-        assert browser.evaluate(f"!!{frame}.querySelector('.badge.pass[data-gate=\"raw_left\"]')")
-        assert browser.evaluate(f"{frame}.querySelectorAll('svg.trend path').length") == 4
-        shot = browser.screenshot(tmp_path / "join_accuracy.png")
+        frame = plugin_frame(page)
+        assert frame.locator(".badge.pass[data-gate]").count() == 4
+        assert frame.locator('.badge.pass[data-gate="raw_left"]').count() >= 1
+        assert frame.locator("svg.trend path").count() == 4
+        shot = tmp_path / "join_accuracy.png"
+        page.screenshot(path=str(shot))
         assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
 
         # a daily report link opens (inside the iframe, through the plugin, with the login cookie)
-        href = browser.evaluate(f"{frame}.querySelector('table.days a[href$=\"/report.html\"]').getAttribute('href')")
+        link = frame.locator('table.days a[href$="/report.html"]').first
+        href = link.get_attribute("href")
         assert href == f"reports/{PIPELINE}/{NEWEST}/report.html"
-        browser.evaluate(f"{frame}.querySelector('table.days a[href$=\"/report.html\"]').click()")
-        browser.wait_for(
+        link.click()
+        page.wait_for_function(
             "(() => { try { const d = document.querySelector('iframe').contentDocument;"
             f" return d.location.pathname.endsWith('/{NEWEST}/report.html') && d.readyState === 'complete'"
             " && d.body.textContent.includes('daily accuracy report'); } catch (e) { return false; } })()",
-            timeout=30, what="the daily report in the iframe")
-        browser.screenshot(tmp_path / "daily_report.png")
+            timeout=30_000)
+        page.screenshot(path=str(tmp_path / "daily_report.png"))
         lap("daily report open")
 
         # the same page on its own, and the API with the browser's session token
-        browser.goto(f"{base}/joinshift/")
-        body = browser.evaluate("document.body.innerText")
+        page.goto(f"{base}/joinshift/")
+        body = page.inner_text("body")
         assert PIPELINE in body and "Data quality gates".upper() in body.upper()
-        browser.screenshot(tmp_path / "join_accuracy_full.png", full_page=True)
-        token = browser.cookies()["_token"]
+        page.screenshot(path=str(tmp_path / "join_accuracy_full.png"), full_page=True)
+        token = cookies(page)["_token"]
     with httpx.Client(base_url=base, cookies={"_token": token}, timeout=30, trust_env=False) as http:
         assert http.get("/joinshift/").status_code == 200
         assert http.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.json").json()["ds"] == NEWEST
