@@ -103,7 +103,44 @@ def dagbag(airflow_db):
 
 
 @pytest.fixture(scope="session")
-def spec():
-    from jobs.spec import load_spec
+def demo_spec():
+    """The demo join spec (``jobs.spec.DEFAULT_SPEC``), loaded once. Shared: derive changed
+    copies with ``model_copy`` (or :func:`own_pipeline_spec`), never mutate it."""
+    from jobs.spec import load_spec, spec_path
 
-    return load_spec(ROOT / "include" / "specs" / "search_sessions.yaml")
+    return load_spec(spec_path())
+
+
+@pytest.fixture(scope="session")
+def spec(demo_spec):
+    """The older name of :func:`demo_spec`, for the test files that still ask for ``spec``."""
+    return demo_spec
+
+
+@pytest.fixture(scope="session")
+def demo_spec_data():
+    """A factory: a fresh deep copy of the demo spec's YAML mapping, to edit and parse or write."""
+    import copy
+
+    from jobs.spec import read_yaml, spec_path
+
+    data, _ = read_yaml(spec_path(), "join spec")
+
+    def make() -> dict:
+        return copy.deepcopy(data)
+    return make
+
+
+@pytest.fixture(scope="session")
+def own_pipeline_spec(demo_spec):
+    """A factory: the demo spec as a pipeline of its own, so tests sharing the broker and the
+    storage root do not meet. ``name`` becomes the pipeline; the topics are ``<name>_<suffix>``;
+    ``side`` updates both sides; other keywords update the spec's top-level fields."""
+    def make(name: str, *, topic_suffixes: tuple[str, str] = ("left", "right"), side: dict | None = None,
+             **update):
+        def own(s, suffix):
+            return s.model_copy(update={"topic": f"{name}_{suffix}", **(side or {})})
+        return demo_spec.model_copy(update={
+            "pipeline": name, "left": own(demo_spec.left, topic_suffixes[0]),
+            "right": own(demo_spec.right, topic_suffixes[1]), **update})
+    return make

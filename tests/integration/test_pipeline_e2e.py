@@ -13,6 +13,9 @@ from datetime import date, datetime, timedelta, timezone
 import pandas as pd
 import pytest
 import yaml
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -27,16 +30,16 @@ def _utc(d: date) -> datetime:
 
 
 @pytest.fixture(scope="module")
-def pipeline(spark, kafka, dagbag, spec, test_settings, test_root):
+def pipeline(spark, kafka, dagbag, demo_spec, test_settings, test_root):
     """Run the DAGs once for the module; yield what the tests need."""
-    from jobs.spec import load_spec  # noqa: F401  (spec fixture is the demo spec)
+    from jobs.spec import DEFAULT_SPEC
     from jobs.workload.generator import generate
     from jobs.workload.params import parse_workload
 
     workload_file = test_root / "workload.yaml"
     workload_file.write_text(yaml.safe_dump(WORKLOAD))
-    wl = generate(parse_workload(WORKLOAD), spec)
-    conf = {"spec": "include/specs/search_sessions.yaml"}
+    wl = generate(parse_workload(WORKLOAD), demo_spec)
+    conf = {"spec": DEFAULT_SPEC}
 
     def run(dag_id, logical, run_conf):
         dr = dagbag.get_dag(dag_id).test(logical_date=_utc(logical) if logical else None, run_conf=run_conf)
@@ -61,6 +64,20 @@ def _pairs(df, where=None):
     return {(r.left_event_id, r.right_event_id) for r in df.select("left_event_id", "right_event_id").collect()}
 
 
+def _pair_frame(df, where):
+    """The distinct (left_event_id, right_event_id) pairs of ``df`` where ``where`` holds: compared
+    as sets, like :func:`_pairs`."""
+    return df.where(where).select("left_event_id", "right_event_id").distinct()
+
+
+def _same_pairs(a, b, where) -> bool:
+    try:
+        assertDataFrameEqual(_pair_frame(a, where), _pair_frame(b, where))
+    except AssertionError:
+        return False
+    return True
+
+
 def _expected_pairs(left: pd.DataFrame, right: pd.DataFrame, spec, right_days: int | None, windowed: bool):
     """Pandas reference join. right_days: 0 = same ds, 1 = ds±1, None = any day."""
     lo, up = timedelta(seconds=spec.window.lower_seconds), timedelta(seconds=spec.window.upper_seconds)
@@ -77,14 +94,14 @@ def _expected_pairs(left: pd.DataFrame, right: pd.DataFrame, spec, right_days: i
     return pairs | {(lid, None) for lid in left["event_id"] if lid not in matched}, left
 
 
-def test_landing_accounts_for_every_record(pipeline, spark, spec, test_settings):
+def test_landing_accounts_for_every_record(pipeline, spark, demo_spec, test_settings):
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     log = _read(spark, t.landing_log).toPandas()
     records = pipeline.records
     for side in ("left", "right"):
-        topic = spec.side(side).topic
+        topic = demo_spec.side(side).topic
         mine = log[log.side == side]
         assert sorted(mine.ds) == ARRIVAL_DAYS
         assert int(mine.records.sum()) == int((records.topic == topic).sum())
@@ -93,40 +110,42 @@ def test_landing_accounts_for_every_record(pipeline, spark, spec, test_settings)
         expected = records[(records.topic == topic) & records.expected_reason.notna()].expected_reason.value_counts()
         assert q.reason.value_counts().sort_index().to_dict() == expected.sort_index().to_dict()
         assert q.raw_value.notna().all() and (q["offset"] >= 0).all()
-        landed_ids = {r[0] for r in _read(spark, t.landed(side)).select(spec.side(side).id).collect()}
+        landed_ids = {r[0] for r in _read(spark, t.landed(side)).select(demo_spec.side(side).id).collect()}
         assert landed_ids == set(getattr(pipeline, side).event_id)
 
 
 @pytest.mark.parametrize("variant,right_days,windowed", [
     ("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)])
-def test_batch_variants_are_exact(pipeline, spark, spec, test_settings, variant, right_days, windowed):
+def test_batch_variants_are_exact(pipeline, spark, demo_spec, test_settings, variant, right_days, windowed):
     from jobs.storage.tables import Tables
 
-    out = _read(spark, Tables.of(spec, test_settings).output(variant))
-    expected, left = _expected_pairs(pipeline.left, pipeline.right, spec, right_days, windowed)
-    for ds in DAYS:
+    out = _read(spark, Tables.of(demo_spec, test_settings).output(variant))
+    expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, right_days, windowed)
+    want = []
+    for ds in DAYS:  # per left ds: the ds column names the day of any difference
         ids = set(left[left.ds == ds].event_id)
-        want = {p for p in expected if p[0] in ids}
-        assert _pairs(out, f"ds = '{ds}'") == want, f"{variant} {ds}"
+        want += [Row(ds=ds, left_event_id=lid, right_event_id=rid) for lid, rid in expected if lid in ids]
+    got = out.where(F.col("ds").isin(DAYS)).select("ds", "left_event_id", "right_event_id").distinct()
+    assertDataFrameEqual(got, want)
 
 
-def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, spec, test_settings):
+def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, demo_spec, test_settings):
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     days = ", ".join(f"'{d}'" for d in DAYS)
     one = _pairs(_read(spark, t.output("batch_1d_1d")), f"right_event_id IS NOT NULL AND ds IN ({days})")
     two = _pairs(_read(spark, t.output("batch_1d_2d")), f"right_event_id IS NOT NULL AND ds IN ({days})")
     assert one < two  # strictly more: late clicks that landed in the next ds
 
 
-def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pipeline, spark, spec, test_settings):
+def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pipeline, spark, demo_spec, test_settings):
     from jobs.accuracy.attribution import WATERMARK_POLICIES, stream_view
     from jobs.join.conditions import join_events
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     progress = read_progress(t.progress_log(JOIN_QUERY))
     spark_dropped = sum(op.get("numRowsDroppedByWatermark", 0)
                         for p in {p["batchId"]: p for p in progress}.values() for op in p["stateOperators"])
@@ -138,7 +157,7 @@ def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pi
 
     explained = []
     for policy in WATERMARK_POLICIES:
-        left, right = stream_view(spark, spec, _read(spark, t.landed("left")), _read(spark, t.landed("right")),
+        left, right = stream_view(spark, demo_spec, _read(spark, t.landed("left")), _read(spark, t.landed("right")),
                                   progress, policy)
         left, right = left.cache(), right.cache()
         assert left.where("_batch_id IS NULL").count() == 0 and right.where("_batch_id IS NULL").count() == 0
@@ -147,22 +166,21 @@ def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pi
             continue
         ann = ("_batch_id", "_watermark", "_dropped_late")
         kept = join_events(left.where("NOT _dropped_late").drop(*ann), right.where("NOT _dropped_late").drop(*ann),
-                           spec, windowed=True)
-        if all(_pairs(stream, f"ds = '{ds}' AND right_event_id IS NOT NULL")
-               == _pairs(kept, f"ds = '{ds}' AND right_event_id IS NOT NULL") for ds in DAYS):
+                           demo_spec, windowed=True)
+        if all(_same_pairs(stream, kept, f"ds = '{ds}' AND right_event_id IS NOT NULL") for ds in DAYS):
             explained.append(policy)
     assert explained, f"no watermark policy explains the stream's output ({spark_dropped} rows dropped by Spark)"
 
 
-def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, test_settings):
+def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, demo_spec, test_settings):
     from jobs.accuracy.compare import summary_rows
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     metrics = [r.asDict() for r in _read(spark, t.match_metrics).collect()]
     assert {(m["ds"], m["variant"]) for m in metrics} == {
         (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")}
-    expected, left = _expected_pairs(pipeline.left, pipeline.right, spec, 0, True)
+    expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, 0, True)
     for m in metrics:
         assert m["left_events"] == int((left.ds == m["ds"]).sum())
         if m["variant"] == "batch_1d_windowed":
@@ -171,7 +189,7 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, 
             assert m["match_rate"] == pytest.approx(len(matched) / m["left_events"])
             # every windowed match lies inside the window: deltas to both bounds are >= 0
             assert m["to_lower_p1"] >= 0 and m["to_upper_p1"] >= 0
-            assert m["to_lower_p99"] <= spec.window.span_seconds
+            assert m["to_lower_p99"] <= demo_spec.window.span_seconds
     rows = summary_rows(metrics)
     assert [r["ds"] for r in rows] == DAYS
     for r in rows:
@@ -179,13 +197,13 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, spec, 
         assert r["stream_minus_windowed_pp"] == pytest.approx(100 * (r["stream"] - r["batch_1d_windowed"]))
 
 
-def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, spec, test_settings):
+def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, demo_spec, test_settings):
     from jobs.accuracy.attribution import attribute_misses
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     for ds in DAYS:
-        a = attribute_misses(spark, spec, ds, s=test_settings, baseline="batch_1d_windowed")
+        a = attribute_misses(spark, demo_spec, ds, s=test_settings, baseline="batch_1d_windowed")
         win = _pairs(_read(spark, t.output("batch_1d_windowed")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
         stream = _pairs(_read(spark, t.output("stream")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
         missed = {lid for lid, _ in win} - {lid for lid, _ in stream}
@@ -201,16 +219,16 @@ def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipelin
             assert set(ids) <= (missed | {lid for lid, _ in stream})
 
 
-def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spark, spec, test_settings):
+def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spark, demo_spec, test_settings):
     import json
     from pathlib import Path
 
     from jobs.storage.tables import Tables
 
-    t = Tables.of(spec, test_settings)
+    t = Tables.of(demo_spec, test_settings)
     gates = {r.suite: r.success for r in _read(spark, t._t("quality_gates")).where(f"ds = '{DAYS[-1]}'").collect()}
     assert gates and all(gates.values()), gates
-    root = Path(test_settings.path("reports", spec.pipeline))
+    root = Path(test_settings.path("reports", demo_spec.pipeline))
     latest = json.loads((root / "latest.json").read_text())
     assert latest["ds"] == str(DAYS[-1])
     folder = root / str(DAYS[-1])
@@ -222,5 +240,5 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
         assert (folder / f"{png}.png").stat().st_size > 5000
     rec = data["recommendation"]
     assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1
-    rec_file = Path(test_settings.path("recommendations", spec.pipeline)) / f"{DAYS[-1]}.json"
+    rec_file = Path(test_settings.path("recommendations", demo_spec.pipeline)) / f"{DAYS[-1]}.json"
     assert json.loads(rec_file.read_text())["window"] == rec["window"]

@@ -8,29 +8,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from pyspark.testing import assertDataFrameEqual
 
 pytestmark = pytest.mark.integration
 
 CUTOVER = datetime(2026, 11, 19, 12, 0, tzinfo=timezone.utc)
 
 
-def _spec_for(spec, name, lower="-3h", upper="+30m"):
+def _spec_for(own_pipeline_spec, spec, name, lower="-3h", upper="+30m"):
     from jobs.spec import WindowSpec, parse_duration
 
-    side = lambda s, tag: s.model_copy(update={"topic": f"{name}_{tag}", "watermark_delay": spec.timestamp_validity.max_past})  # noqa: E731
-    return spec.model_copy(update={
-        "pipeline": name, "left": side(spec.left, "left"), "right": side(spec.right, "right"),
-        "window": WindowSpec(lower=parse_duration(lower), upper=parse_duration(upper)),
-        "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": 400}),
-    })
+    return own_pipeline_spec(
+        name, side={"watermark_delay": spec.timestamp_validity.max_past},
+        window=WindowSpec(lower=parse_duration(lower), upper=parse_duration(upper)),
+        streaming=spec.streaming.model_copy(update={"max_offsets_per_trigger": 400}),
+    )
 
 
 def _rows(spark, spec, s):
+    """The stream output's (left_event_id, right_event_id, left_arrival_time) rows as of now."""
     from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
-    return [(r.left_event_id, r.right_event_id, r.left_arrival_time) for r in
-            df.select("left_event_id", "right_event_id", "left_arrival_time").collect()]
+    return df.select("left_event_id", "right_event_id", "left_arrival_time").collect()
 
 
 def _run(spark, spec, kafka, s):
@@ -41,13 +41,14 @@ def _run(spark, spec, kafka, s):
 
 
 @pytest.fixture(scope="module")
-def topics(kafka, spec):
+def topics(kafka, demo_spec, own_pipeline_spec):
     from jobs.storage.kafka import create_topic
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
 
-    deployed = _spec_for(spec, "replay")
+    spec = demo_spec
+    deployed = _spec_for(own_pipeline_spec, spec, "replay")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5), spec)
     records = wl.records.assign(topic=wl.records.topic.map({spec.left.topic: deployed.left.topic,
                                                             spec.right.topic: deployed.right.topic}))
@@ -57,11 +58,12 @@ def topics(kafka, spec):
     return deployed
 
 
-def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, spec, topics, test_settings, test_root):
+def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, demo_spec, own_pipeline_spec, topics,
+                                                                 test_settings, test_root):
     from jobs.operate.replay import replay
 
     deployed = topics
-    changed = _spec_for(spec, "replay", lower="-1h")
+    changed = _spec_for(own_pipeline_spec, demo_spec, "replay", lower="-1h")
     live = dataclasses.replace(test_settings, storage_root=str(test_root / "replay" / "live"))
     _run(spark, deployed, kafka, live)
     before = _rows(spark, deployed, live)
@@ -71,7 +73,8 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, sp
     assert plan.backup and Path(plan.backup).exists()              # the old checkpoint is kept
     assert len({(a, b) for a, b, _ in after}) == len(after)        # nothing written twice
     cut = CUTOVER.replace(tzinfo=None)
-    assert sorted(r for r in after if r[2] < cut) == sorted(r for r in before if r[2] < cut)  # old run owns them
+    # the old run owns them (before is the table read before the replay: rows, not a DataFrame)
+    assertDataFrameEqual([r for r in after if r[2] < cut], [r for r in before if r[2] < cut])
 
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / "replay" / "reference"))
     _run(spark, changed, kafka, reference)
@@ -79,11 +82,11 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, sp
     assert wanted and wanted <= {(a, b) for a, b, _ in after}     # the rebuilt window finds every match
 
 
-def test_replay_start_is_cutover_minus_span_minus_watermark(spec):
+def test_replay_start_is_cutover_minus_span_minus_watermark(demo_spec):
     from jobs.operate.replay import replay_start
 
-    start = replay_start(spec, "right", CUTOVER)
-    assert (CUTOVER - start).total_seconds() == spec.window.span_seconds + spec.right.watermark_seconds
+    start = replay_start(demo_spec, "right", CUTOVER)
+    assert (CUTOVER - start).total_seconds() == demo_spec.window.span_seconds + demo_spec.right.watermark_seconds
 
 
 def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):

@@ -29,7 +29,7 @@ def _run(argv: list[str]) -> int:
 
 
 @pytest.fixture(scope="module")
-def deployed(spark, kafka, spec, test_root):
+def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     """A running pipeline's world: its spec file, data in Kafka, one stream increment, the
     landed days and their batch join."""
     from jobs.storage.kafka import create_topic
@@ -38,11 +38,8 @@ def deployed(spark, kafka, spec, test_root):
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
 
-    rb = spec.model_copy(update={
-        "pipeline": NAME,
-        "left": spec.left.model_copy(update={"topic": f"{NAME}_responses"}),
-        "right": spec.right.model_copy(update={"topic": f"{NAME}_clicks"}),
-    })
+    spec = demo_spec
+    rb = own_pipeline_spec(NAME, topic_suffixes=("responses", "clicks"))
     spec_file = write_spec(rb, test_root / NAME / "spec.yaml")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5, start_date=DAY), spec)
     records = wl.records.assign(topic=wl.records.topic.map({spec.left.topic: rb.left.topic,
@@ -89,10 +86,11 @@ def _no_duplicate_output(spark, spec) -> int:
 def test_every_runbook_command_is_a_real_command_with_known_placeholders():
     from jobs.operate import runbooks
     from jobs.cli import build_parser
+    from jobs.spec import DEFAULT_SPEC
 
     parser = build_parser()
     for name in runbooks.names():
-        for c in _commands(name, "include/specs/search_sessions.yaml"):
+        for c in _commands(name, DEFAULT_SPEC):
             assert set(c.placeholders) <= {"day", "cutover", "new spec"}, c.line
             parser.parse_args(c.argv({"day": "2026-11-19", "cutover": "2026-11-19T12:00:00Z", "new spec": "x.yaml"}))
 

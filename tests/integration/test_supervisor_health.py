@@ -27,7 +27,8 @@ def _progress(spec, ends: dict[str, dict[int, int]], at: float) -> dict:
     }
 
 
-def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(kafka, spec, test_settings):
+def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(kafka, own_pipeline_spec,
+                                                                                      test_settings):
     from jobs.storage.kafka import end_offsets
     from jobs.storage.kafka import create_topic
     from jobs.storage.progress import JOIN_QUERY
@@ -37,9 +38,7 @@ def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_st
     from jobs.storage.tables import Tables
 
     name = "health"
-    hs = spec.model_copy(update={"pipeline": name,
-                                 "left": spec.left.model_copy(update={"topic": f"{name}_left"}),
-                                 "right": spec.right.model_copy(update={"topic": f"{name}_right"})})
+    hs = own_pipeline_spec(name)
     for st in (hs.left, hs.right):
         create_topic(kafka, st.topic)
     producer = KafkaProducer(bootstrap_servers=kafka)

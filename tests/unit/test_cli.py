@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser, main
+from jobs.spec import DEFAULT_SPEC
 
 COMMANDS = ["kafka", "airflow", "demo", "generate", "land", "batch", "stream", "compare", "recommend",
             "attribute", "report", "plan", "checkpoint", "replay", "runbook"]
@@ -37,8 +38,8 @@ def test_a_range_that_ends_before_it_starts_is_refused(tmp_path):
         main(["land", "--ds", "2026-11-20", "--to", "2026-11-19"])
 
 
-def test_an_invalid_spec_fails_naming_the_field(tmp_path):
-    data = yaml.safe_load(open("include/specs/search_sessions.yaml"))
+def test_an_invalid_spec_fails_naming_the_field(tmp_path, demo_spec_data):
+    data = demo_spec_data()
     data["window"]["upper"] = "soon"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data))
@@ -61,7 +62,7 @@ def test_an_unknown_runbook_lists_the_known_ones():
 
 
 def test_a_bad_cutover_names_the_argument():
-    spec = "include/specs/search_sessions.yaml"
+    spec = DEFAULT_SPEC
     with pytest.raises(SystemExit, match=r"--cutover: 'yesterday' is not an ISO-8601 instant"):
         main(["replay", "--spec", spec, "--cutover", "yesterday"])
 

@@ -9,7 +9,9 @@ import json
 from datetime import date, datetime, timezone
 
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
 
 from jobs.join.conditions import join_events
 from jobs.spec import parse_spec
@@ -54,6 +56,13 @@ def pairs(df):
     return sorted((r.left_event_id, r.right_event_id) for r in df.select("left_event_id", "right_event_id").collect())
 
 
+def assert_pairs(df, expected):
+    """The join output's (left_event_id, right_event_id) rows are exactly ``expected``, duplicates
+    counted, order ignored."""
+    assertDataFrameEqual(df.select("left_event_id", "right_event_id"),
+                         [Row(left_event_id=left, right_event_id=right) for left, right in expected])
+
+
 def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
     spec = make_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")])
@@ -64,20 +73,20 @@ def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
         ("R_after", "a", "12:05:01", "12:06:00"),      # one second too late: out
         ("R_otherkey", "b", "12:00:00", "12:01:00"),   # in the window, other key: out
     ])
-    assert pairs(join_events(left, right, spec, windowed=True)) == [("L1", "R_lower"), ("L1", "R_upper")]
-    assert pairs(join_events(left, right, spec, windowed=False)) == [
-        ("L1", "R_after"), ("L1", "R_before"), ("L1", "R_lower"), ("L1", "R_upper")]
+    assert_pairs(join_events(left, right, spec, windowed=True), [("L1", "R_lower"), ("L1", "R_upper")])
+    assert_pairs(join_events(left, right, spec, windowed=False), [
+        ("L1", "R_after"), ("L1", "R_before"), ("L1", "R_lower"), ("L1", "R_upper")])
 
 
 def test_left_outer_keeps_unmatched_left_with_null_right_and_inner_drops_it(spark):
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01"), ("L2", "zzz", "12:00:00", "12:00:01")])
     right = events(spark, [("R1", "a", "12:01:00", "12:02:00")])
     outer = join_events(left, right, make_spec(), windowed=True)
-    assert pairs(outer) == [("L1", "R1"), ("L2", None)]
+    assert_pairs(outer, [("L1", "R1"), ("L2", None)])
     nulls = outer.where("left_event_id = 'L2'").select("right_k", "right_t", "right_arrival_time").first()
     assert nulls == (None, None, None)
     inner = join_events(left, right, make_spec(join={"type": "inner", "cardinality": "1-to-n"}), windowed=True)
-    assert pairs(inner) == [("L1", "R1")]
+    assert_pairs(inner, [("L1", "R1")])
 
 
 def test_one_to_one_keeps_the_first_arrived_match_then_partition_then_offset(spark):
@@ -91,8 +100,8 @@ def test_one_to_one_keeps_the_first_arrived_match_then_partition_then_offset(spa
         ("R_b_p0_o9", "b", "12:02:00", "12:03:00", 20, 20, 0, 9),
         ("R_b_p0_o8", "b", "12:03:00", "12:03:00", 20, 20, 0, 8),
     ])
-    assert pairs(join_events(left, right, spec, windowed=True)) == [
-        ("L1", "R_late_event_early_arrival"), ("L2", "R_b_p0_o8")]
+    assert_pairs(join_events(left, right, spec, windowed=True), [
+        ("L1", "R_late_event_early_arrival"), ("L2", "R_b_p0_o8")])
 
 
 def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
@@ -102,9 +111,9 @@ def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
     right_all = events(spark, [("R1", "a", "23:55:00", "00:10:00", 20, 21)])
     right_ds20 = right_all.where(F.col("ds") == date(2026, 11, 20))
     right_ds20_21 = right_all.where(F.col("ds").isin(date(2026, 11, 20), date(2026, 11, 21)))
-    assert pairs(join_events(left_ds20, right_ds20, spec, windowed=False)) == [("L1", None)]   # batch_1d_1d
-    assert pairs(join_events(left_ds20, right_ds20_21, spec, windowed=False)) == [("L1", "R1")]  # batch_1d_2d
-    assert pairs(join_events(left_ds20, right_ds20, spec, windowed=True)) == [("L1", None)]   # batch_1d_windowed
+    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=False), [("L1", None)])   # batch_1d_1d
+    assert_pairs(join_events(left_ds20, right_ds20_21, spec, windowed=False), [("L1", "R1")])  # batch_1d_2d
+    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=True), [("L1", None)])   # batch_1d_windowed
 
 
 # ------------------------------------------------------------------ streaming semantics
@@ -136,8 +145,11 @@ class _FileStreams:
         self.query.processAllAvailable()
         self.query.processAllAvailable()  # the no-data batch that applies the new watermark
 
+    def table(self):
+        return self.spark.table("tiny_stream_out")
+
     def output(self):
-        return pairs(self.spark.table("tiny_stream_out"))
+        return pairs(self.table())
 
     def stop(self):
         self.query.stop()
@@ -161,16 +173,16 @@ def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late
     s = file_streams(make_spec())  # watermark delay 0 on both sides: everything behind max(t) is late
     s.feed([("L1", "a", "12:00:00", "12:00:01"), ("L2", "c", "12:00:00", "12:00:01")],
            [("R1", "a", "12:02:00", "12:02:01")])
-    assert s.output() == [("L1", "R1")]                     # a match is emitted at once
+    assert_pairs(s.table(), [("L1", "R1")])                 # a match is emitted at once
     s.feed([("L3", "x", "12:03:00", "12:03:01")], [("R9", "x", "12:04:00", "12:04:01")])
     # watermark = min(12:03 left, 12:04 right) = 12:03; L2's window [11:50, 12:05] is still open
-    assert s.output() == [("L1", "R1"), ("L3", "R9")]
+    assert_pairs(s.table(), [("L1", "R1"), ("L3", "R9")])
     s.feed([("L4", "y", "12:30:00", "12:30:01")], [("R8", "y", "12:31:00", "12:31:01")])
     # watermark 12:30 passed 12:05: L2's window closed without a match -> its null row now
     assert ("L2", None) in s.output()
     s.feed([], [("R_late", "c", "12:04:00", "12:32:00")])   # in L2's window but behind the watermark
     assert ("L2", "R_late") not in s.output()
-    assert sorted(s.output()) == [("L1", "R1"), ("L2", None), ("L3", "R9"), ("L4", "R8")]
+    assert_pairs(s.table(), [("L1", "R1"), ("L2", None), ("L3", "R9"), ("L4", "R8")])
 
 
 def test_batch_1d_2d_reads_the_days_the_window_reaches_into():

@@ -9,16 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.spec.plan import (EXIT_FRESH, EXIT_INVALID, EXIT_OK, FRESH, NEEDS_FRESH, NONE, REPORT_ONLY, REUSE, REUSE_OK, REUSE_WARN, main, plan)
-from jobs.spec import load_spec, parse_spec
-
-ROOT = Path(__file__).resolve().parents[2]
-SPEC_FILE = ROOT / "include" / "specs" / "search_sessions.yaml"
+from jobs.spec.plan import (EXIT_FRESH, EXIT_INVALID, EXIT_OK, FRESH, NEEDS_FRESH, NONE, REPORT_ONLY, REUSE, REUSE_OK, REUSE_WARN, plan)
+from jobs.spec import parse_spec
 
 
-@pytest.fixture(scope="module")
-def base_data() -> dict:
-    return yaml.safe_load(SPEC_FILE.read_text())
+@pytest.fixture()
+def base_data(demo_spec_data) -> dict:
+    return demo_spec_data()
 
 
 def changed(base_data: dict, edit) -> tuple:
@@ -157,6 +154,16 @@ def _write(path: Path, data: dict) -> str:
     return str(path)
 
 
+def main(argv: list[str]) -> int:
+    """``joinshift plan ...``: its exit code, whether the command returns it or exits with it."""
+    from jobs.cli import main as cli
+
+    try:
+        return cli(["plan", *argv])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+
+
 def test_cli_exit_codes(base_data, tmp_path, capsys):
     deployed = _write(tmp_path / "deployed.yaml", base_data)
     same = _write(tmp_path / "same.yaml", base_data)
@@ -192,21 +199,21 @@ def test_cli_invalid_spec_names_the_file_and_the_field(base_data, tmp_path, caps
     assert "nope.yaml" in capsys.readouterr().err
 
 
-def test_loaded_spec_files_compare_like_parsed_ones():
-    spec = load_spec(SPEC_FILE)
+def test_loaded_spec_files_compare_like_parsed_ones(demo_spec):
+    spec = demo_spec
     assert plan(spec, spec.with_window(spec.window.lower, spec.window.upper)).action == NONE
     wider = spec.with_window(spec.window.lower, spec.window.upper * 2)
     assert plan(spec, wider).action == FRESH
 
 
-def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path):
+def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path, demo_spec):
     """The stream job's start-up guard applies the plan to the spec its checkpoint was built with."""
     from datetime import timedelta
 
     from jobs.storage.checkpoints import SPEC_RECORD
     from jobs.steps.stream import CheckpointSpecMismatch, guard_checkpoint_spec
 
-    base = load_spec(SPEC_FILE)
+    base = demo_spec
     cp = tmp_path / "checkpoints" / "stream_join"
     guard_checkpoint_spec(base, str(cp))                       # a new checkpoint records its spec
     assert (cp / SPEC_RECORD).exists()

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from jobs.spec import load_spec
 from jobs.operate.health import PROGRESS_SCHEMA, progress_row
-
-SPEC = load_spec(Path(__file__).resolve().parents[2] / "include" / "specs" / "search_sessions.yaml")
 
 
 def _progress() -> dict:
@@ -27,8 +22,8 @@ def _progress() -> dict:
     }
 
 
-def test_a_progress_line_becomes_one_row_with_every_column():
-    row = progress_row(SPEC, _progress())
+def test_a_progress_line_becomes_one_row_with_every_column(demo_spec):
+    row = progress_row(demo_spec, _progress())
     assert set(row) == {c.split()[0] for c in PROGRESS_SCHEMA.split(", ")}
     assert row["input_rows_left"] == 120 and row["input_rows_right"] == 170
     assert row["processed_rate_right"] == 94.4
@@ -37,14 +32,14 @@ def test_a_progress_line_becomes_one_row_with_every_column():
     assert row["state_memory_bytes"] == 11500 and row["batch_duration_ms"] == 1800
 
 
-def test_an_idle_batch_has_zero_inputs_not_missing_ones():
+def test_an_idle_batch_has_zero_inputs_not_missing_ones(demo_spec):
     p = _progress()
     p["sources"] = [{**x, "numInputRows": 0, "processedRowsPerSecond": 0.0} for x in p["sources"]]
-    row = progress_row(SPEC, p)
+    row = progress_row(demo_spec, p)
     assert row["input_rows_left"] == 0 and row["processed_rate_left"] == 0.0
 
 
-def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_over(tmp_path):
+def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_over(tmp_path, demo_spec):
     """Pokes of one watch share the report (and backoff); a watch that gave up starts over."""
     import dataclasses
     import json
@@ -55,7 +50,7 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
     from jobs.operate.supervisor import supervise_step
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path))
-    spec = SPEC.model_copy(update={"pipeline": "watched"})
+    spec = demo_spec.model_copy(update={"pipeline": "watched"})
 
     class NeverStarted(StreamProcess):  # held below, so never started
         def start(self):
@@ -80,7 +75,7 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
         assert done
 
 
-def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path):
+def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spec):
     """A sensor's poke builds its process handle afresh (no pid): it must adopt the running
     process by its pid file, not take it for exited and start a second one."""
     import dataclasses
@@ -93,7 +88,7 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path):
     from jobs.spec import write_spec
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = SPEC.model_copy(update={"pipeline": "poked"})
+    spec = demo_spec.model_copy(update={"pipeline": "poked"})
     path = write_spec(spec, tmp_path / "spec.yaml")
 
     class Sleeper(StreamProcess):  # a live process standing in for the stream job

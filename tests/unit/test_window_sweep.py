@@ -8,7 +8,9 @@ from datetime import date, datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from pyspark.sql import Row
 from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
 
 from jobs.join.conditions import join_events
 from jobs.accuracy.sweep import (RESULT_COLUMNS, GridError, candidate_grid, parse_grid, right_read_days, sweep, sweep_ds)
@@ -159,8 +161,8 @@ def test_cell_lookup_and_case_search_agree_with_bisect(spark):
 
     df = spark.createDataFrame([(d,) for d in ds_], "d long")
     got = df.select("d", _cell_of(F.col("d"), points).alias("a"),
-                    _cell_tree(F.col("d"), [p * _US for p in points], 0, len(points) - 1).alias("b")).collect()
-    assert [(r.d, r.a, r.b) for r in got] == [(d, expected(d), expected(d)) for d in ds_]
+                    _cell_tree(F.col("d"), [p * _US for p in points], 0, len(points) - 1).alias("b"))
+    assertDataFrameEqual(got, [Row(d=d, a=expected(d), b=expected(d)) for d in ds_], checkRowOrder=True)
 
 
 def test_no_left_events_gives_no_rows_and_bad_candidates_are_refused(spark):
