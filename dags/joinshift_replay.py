@@ -8,7 +8,7 @@ per partition via offsets-for-times) and fails, naming the gap, if Kafka no long
 stream process, keeps the old checkpoint as `<checkpoint>.bak-<UTC>`, and catches up into a fresh
 checkpoint writing each output row once across the switch. The next `joinshift_supervise` run
 starts the stream from the new checkpoint. Runbooks: `replay_after_outage`, `change_the_window`,
-`recover_broken_checkpoint`. Logic: `jobs/replay.py`.
+`recover_broken_checkpoint`. Logic: `jobs/operate/replay.py`.
 """
 
 from __future__ import annotations

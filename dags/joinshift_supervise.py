@@ -1,13 +1,13 @@
 """
 ### joinshift: supervise the continuous streaming join
 
-Every 10 minutes a sensor watches the continuous join process (`python -m jobs.stream_join`)
+Every 10 minutes a sensor watches the continuous join process (`joinshift stream`)
 for `watch_minutes`, one check per 10-second poke: it starts the process if none runs, restarts
 one that exited or stalled from its checkpoint with exponential backoff (kept across pokes), and
 fails, so the failure callback raises the alert, when it gives up restarting or BOTH inputs are
 behind (paper §6.4). While a replay holds the pipeline (`joinshift_replay`), pokes count as
 `held` and nothing is restarted. Health samples and the join's per-micro-batch progress are then
-loaded into the `stream_health` and `stream_progress` Delta tables. Logic: `jobs/supervisor.py`.
+loaded into the `stream_health` and `stream_progress` Delta tables. Logic: `jobs/operate/supervisor.py`.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def test_kafka_keeps_records_with_historical_timestamps(services):
 
 
 def test_kafka_agrees_with_the_embedded_broker(services):
-    """Data-keeping settings must match jobs/kafka_broker.py, so both brokers behave alike."""
+    """Data-keeping settings must match jobs/local/kafka_setup.py, so both brokers behave alike."""
     from jobs.local.kafka_broker import BROKER_SETTINGS
 
     env = env_of(services["kafka"])
