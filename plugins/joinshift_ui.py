@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -163,13 +162,10 @@ def safe_file(root: Path, rel: str, allowed: dict[str, str] | set[str]) -> Path:
 
 
 def _num(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+    """A finite float or None (the report's rule; imported here, on request, not at plugin load)."""
+    from jobs.report.format import num
+
+    return num(v)
 
 
 def _list(v: Any) -> list:
