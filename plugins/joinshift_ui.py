@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -163,13 +162,10 @@ def safe_file(root: Path, rel: str, allowed: dict[str, str] | set[str]) -> Path:
 
 
 def _num(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+    """A finite float or None (the report's rule; imported here, on request, not at plugin load)."""
+    from jobs.report.format import num
+
+    return num(v)
 
 
 def _list(v: Any) -> list:
@@ -180,12 +176,13 @@ def _svg_number(v: float) -> str:
     return f"{v:.1f}"
 
 
-def trend_chart(days: list[str], series: list[dict], width: int = 460, height: int = 170) -> str:
-    """All variants on one y-scale (percent), ds labels at both ends; '' without data. Only
-    numbers, escaped ds labels and the fixed variant colours go into the markup."""
+def trend_chart(days: list[str], series: list[dict], width: int = 460, height: int = 170) -> dict | None:
+    """The trend's geometry for the ``trend`` macro: all variants on one y-scale (percent), ds
+    labels at both ends; None without data. Only numbers, the ds labels (escaped by the
+    template) and the fixed variant colours go into the markup."""
     vals = [v for s in series for v in s["values"] if v is not None]
     if len(days) < 2 or not vals:
-        return ""
+        return None
     lo, hi = min(vals), max(vals)
     margin = max((hi - lo) * 0.12, 0.0005)
     lo, hi = lo - margin, hi + margin
@@ -198,32 +195,23 @@ def trend_chart(days: list[str], series: list[dict], width: int = 460, height: i
     def y(v: float) -> float:
         return top + ph * (1 - (v - lo) / (hi - lo))
 
-    out = [f'<svg class="trend" width="100%" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="match rate per day">']
+    grid = []
     for k in range(4):  # horizontal grid with percent labels
         v = lo + (hi - lo) * k / 3
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{_svg_number(y(v))}" '
-                   f'y2="{_svg_number(y(v))}" stroke="#eef2f7"/>')
-        out.append(f'<text x="{left - 6}" y="{_svg_number(y(v) + 4)}" text-anchor="end" '
-                   f'class="ax">{100 * v:.1f}%</text>')
-    from markupsafe import escape
-
-    for i, anchor in ((0, "start"), (len(days) - 1, "end")):
-        out.append(f'<text x="{_svg_number(x(i))}" y="{height - 6}" text-anchor="{anchor}" '
-                   f'class="ax">{escape(days[i])}</text>')  # ds comes from report.json
+        grid.append({"y": _svg_number(y(v)), "label_y": _svg_number(y(v) + 4), "label": f"{100 * v:.1f}%"})
+    ticks = [{"x": _svg_number(x(i)), "anchor": anchor, "text": days[i]}
+             for i, anchor in ((0, "start"), (len(days) - 1, "end"))]
+    lines = []
     for s in series:
         pts = [(x(i), y(v)) for i, v in enumerate(s["values"]) if v is not None]
         if not pts:
             continue
         d = " ".join(f"{'M' if k == 0 else 'L'}{_svg_number(px)},{_svg_number(py)}"
                      for k, (px, py) in enumerate(pts))
-        width_px = "2.4" if s["variant"] == "stream" else "1.6"
-        out.append(f'<path d="{d}" fill="none" stroke="{s["color"]}" stroke-width="{width_px}" '
-                   f'stroke-linejoin="round"/>')
-        out.append(f'<circle cx="{_svg_number(pts[-1][0])}" cy="{_svg_number(pts[-1][1])}" r="3" '
-                   f'fill="{s["color"]}"/>')
-    out.append("</svg>")
-    return "".join(out)
+        lines.append({"d": d, "color": s["color"], "width": "2.4" if s["variant"] == "stream" else "1.6",
+                      "cx": _svg_number(pts[-1][0]), "cy": _svg_number(pts[-1][1])})
+    return {"width": width, "height": height, "left": left, "right": width - right,
+            "grid": grid, "ticks": ticks, "lines": lines}
 
 
 def _q(*parts: str) -> str:
@@ -343,7 +331,7 @@ def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
     rows = []
     for ds in days[:RECENT_REPORTS]:
         try:
-            row = dict(report_mod._index_row(pdir, ds))  # the same numbers as the pipeline's index.html
+            row = dict(report_mod.index_row(pdir, ds))  # the same numbers as the pipeline's index.html
         except Exception:
             row = {"ds": ds, "stream": "—", "base": "—", "diff": "—", "status": "unknown",
                    "status_label": "no data yet"}
@@ -415,7 +403,7 @@ def overview(reports_root: Path | None) -> dict:
         model["error"] = "The storage root is not a local path, so this page cannot read its reports."
         return model
     try:
-        import jobs.report as report_mod
+        from jobs.report import render as report_mod  # formatters, palette and index rows
     except Exception as e:  # the project is not on the api-server's PYTHONPATH
         model["error"] = f"The joinshift project could not be imported ({type(e).__name__}: {e})."
         return model
@@ -447,18 +435,10 @@ def _env():
     global _ENV
     if _ENV is None:
         import jinja2
-        from markupsafe import Markup
 
         _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
                                   autoescape=True, trim_blocks=True, lstrip_blocks=True)
-        _ENV.filters["safe_svg"] = Markup  # SVG built here from numbers and fixed colours only
     return _ENV
-
-
-_PLAIN_CSS = ("body{font:15px/1.6 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;"
-              "color:#0f172a;background:#f8fafc;margin:0}main{max-width:820px;margin:0 auto;padding:28px 24px}"
-              "a{color:#1d4ed8}code,pre{font:13px/1.45 ui-monospace,'DejaVu Sans Mono',monospace;"
-              "background:#f1f5f9;border-radius:4px}code{padding:1px 5px}pre{padding:10px 12px;overflow:auto}")
 
 
 def _home(request: Request) -> str:
@@ -467,22 +447,18 @@ def _home(request: Request) -> str:
 
 
 def _message_page(request: Request, title: str, text: str) -> str:
-    from markupsafe import escape
-
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f'<style>{_PLAIN_CSS}</style></head><body><main><p><a href="{escape(_home(request))}">'
-            f'&larr; Join accuracy</a></p><h1>{escape(title)}</h1><p>{escape(text)}</p></main></body></html>')
+    return _env().get_template("page.html.j2").render(title=title, text=text, body=None, home=_home(request))
 
 
 def _render_markdown(text: str) -> str:
+    from markupsafe import Markup, escape
+
     try:
         from markdown_it import MarkdownIt
 
-        return MarkdownIt("commonmark", {"html": False}).render(text)
+        return Markup(MarkdownIt("commonmark", {"html": False}).render(text))  # raw HTML disabled
     except Exception:
-        from markupsafe import escape
-
-        return f"<pre>{escape(text)}</pre>"
+        return Markup(f"<pre>{escape(text)}</pre>")
 
 
 # --------------------------------------------------------------------------------------------
@@ -523,13 +499,10 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
 
     @app.get("/runbooks/{rel:path}", response_class=HTMLResponse)
     def runbook(rel: str, request: Request) -> HTMLResponse:
-        from markupsafe import escape
-
         target = safe_file(_project_root() / "include" / "runbooks", rel, {".md"})
         body = _render_markdown(target.read_text(encoding="utf-8", errors="replace"))
-        html = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(target.stem)}'
-                f'</title><style>{_PLAIN_CSS}</style></head><body><main><p><a href="{escape(_home(request))}">'
-                f'&larr; Join accuracy</a></p>{body}</main></body></html>')
+        html = _env().get_template("page.html.j2").render(title=target.stem, text=None, body=body,
+                                                          home=_home(request))
         return HTMLResponse(html, headers={"Content-Security-Policy": _CSP})
 
     return app

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -30,12 +31,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from jobs.accuracy.pt_estimator import recommend_watermark_delay
 from jobs.spec import JoinSpec, format_duration
 
 log = logging.getLogger("joinshift.recommend")
 
 DEFAULT_LOWERS = tuple(-3600 * h for h in (0, 0.5, 1, 1.5, 2, 3, 4, 5, 6))
 DEFAULT_UPPERS = tuple(60 * m for m in (0, 10, 20, 30, 45, 60, 90, 120, 180, 360))
+#: Paper §6.5, the window-boundary rule on the p1 distance of matches to a bound, as a share of
+#: the window's span: at most this close, matches crowd the bound (widen that side) ...
+CROWDED_BOUND_SHARE = 0.01
+#: ... at least this far, no match comes near it (that side can shrink). The report uses the same.
+FAR_BOUND_SHARE = 0.25
+
+
+def bound_advice(p1_s: float, span_s: float) -> str | None:
+    """``"widen"``, ``"shrink"`` or None for one bound, from its p1 distance and the window span."""
+    if p1_s <= CROWDED_BOUND_SHARE * span_s:
+        return "widen"
+    if p1_s >= FAR_BOUND_SHARE * span_s:
+        return "shrink"
+    return None
 
 
 @dataclass
@@ -67,11 +83,8 @@ def watermark_delay_for(lateness_ms: np.ndarray, target_drop_rate: float) -> int
     """Smallest delay (s) such that at most ``target_drop_rate`` of records are later than it."""
     if not 0 <= target_drop_rate < 1:
         raise ValueError("target_drop_rate must be in [0, 1)")
-    if len(lateness_ms) == 0:
-        return 0
-    allowed = int(np.floor(target_drop_rate * len(lateness_ms)))  # records that may be later than d
-    q = float(np.partition(lateness_ms, len(lateness_ms) - allowed - 1)[len(lateness_ms) - allowed - 1])
-    return int(np.ceil(q / 1000))
+    # the upper empirical quantile of the lateness, in ms, rounded up to whole seconds
+    return int(math.ceil(recommend_watermark_delay(lateness_ms, target_drop_rate) / 1000))
 
 
 def stream_lateness(arrival_ms: np.ndarray, event_ms: np.ndarray, deployed_delay_s: int,
@@ -161,10 +174,11 @@ def boundary_reasons(spec: JoinSpec, deltas: dict) -> list[str]:
         p1 = deltas.get(f"{side}_p1")
         if p1 is None:
             continue
-        if p1 <= 0.01 * span:
+        advice = bound_advice(p1, span)
+        if advice == "widen":
             reasons.append(f"1% of matches lie within {format_duration(timedelta(seconds=round(p1)))} of the "
                            f"{name} bound: matches crowd it, widening the {name} side would find more")
-        elif p1 >= 0.25 * span:
+        elif advice == "shrink":
             reasons.append(f"no match in the closest 1% comes nearer than {format_duration(timedelta(seconds=round(p1)))} "
                            f"to the {name} bound: the {name} side can shrink by about that much")
     return reasons

@@ -2,25 +2,27 @@
 
 Reads what the other jobs wrote (match metrics, join outputs, landed tables, the stream's
 progress log, quality-gate results), computes what only the report needs (boundary-delta
-histograms, PT series, miss attribution, the recommendation), and hands one dict to the pure
-renderer :mod:`jobs.report`. Reports land in ``<storage_root>/reports/<pipeline>/<ds>/``.
-
-    python -m jobs.accuracy_report --spec include/specs/search_sessions.yaml --ds 2026-11-20
+histograms, PT series, miss attribution, the recommendation), and builds the typed
+:class:`jobs.report.model.ReportData` for the pure renderer :mod:`jobs.report.render`. Reports
+land in ``<storage_root>/reports/<pipeline>/<ds>/``; ``joinshift report`` (jobs/cli.py) and the
+``joinshift_report`` DAG call :func:`publish`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from dataclasses import asdict
 from datetime import date, datetime, timezone
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.report.model import SECTION_TYPES, ReportData
 from jobs.settings import PROJECT_ROOT, Settings
-from jobs.spec import JoinSpec, format_duration, load_spec
+from jobs.spec import JoinSpec, format_duration
 
 log = logging.getLogger("joinshift.report")
 
@@ -121,59 +123,84 @@ def runbooks() -> list[dict]:
     return out
 
 
-def build_report_data(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
-                      learn_days: list[date] | None = None) -> dict:
-    """Everything the renderer shows for one ds, as a JSON-able dict (see :mod:`jobs.report`)."""
+@cache
+def _adapter(key: str):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(SECTION_TYPES[key])
+
+
+def _recommendation(rec) -> tuple[list[dict], dict]:
+    """The sweep and the recommendation sections of a :class:`jobs.accuracy.recommend.Recommendation`."""
+    sweep = [{"lower_s": p.lower_s, "upper_s": p.upper_s, "match_rate": p.predicted_match_rate,
+              "batch_match_rate": p.batch_match_rate, "predicted_memory_bytes": p.predicted_memory_bytes,
+              "output_latency_s": p.output_latency_s, "recovery_s": p.recovery_s} for p in rec.candidates]
+    c, d = rec.chosen, rec.deployed
+    return sweep, {
+        "window": c.label(), "lower_s": c.lower_s, "upper_s": c.upper_s,
+        "left_watermark_s": rec.left_watermark_s, "right_watermark_s": rec.right_watermark_s,
+        "predicted_match_rate": c.predicted_match_rate, "baseline_match_rate": rec.baseline_match_rate,
+        "target_share": rec.target_share, "predicted_memory_bytes": c.predicted_memory_bytes,
+        "output_latency_s": c.output_latency_s, "recovery_s": c.recovery_s,
+        "deployed": {"window": d.label(), "match_rate": d.predicted_match_rate, "memory_bytes": d.predicted_memory_bytes},
+        "reasons": rec.reasons,
+        "lateness": {k: asdict(v) for k, v in rec.lateness.items()},
+    }
+
+
+def build_report(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
+                 learn_days: list[date] | None = None) -> tuple[ReportData, Any]:
+    """Everything the renderer shows for one ds, typed, and the recommendation it came with
+    (a :class:`jobs.accuracy.recommend.Recommendation`, None when it could not be made: the
+    caller saves it). Each section is built and validated on its own: one that fails is left
+    out with a warning, never costing the whole report."""
     from jobs.storage import delta_io
     from jobs.accuracy.attribution import attribute_misses
     from jobs.accuracy.recommend import recommend
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
-    data: dict = {"pipeline": spec.pipeline, "ds": str(ds), "spec": _spec_summary(spec),
-                  "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    if delta_io.table_exists(spark, tables.match_metrics):
-        data["match_rates"] = [
-            {"ds": str(r["ds"]), "variant": r["variant"], "left_events": r["left_events"],
-             "matched_left": r["matched_left"], "match_rate": r["match_rate"]}
-            for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") <= F.lit(ds))
-            .orderBy("ds", "variant").collect()]
-    steps = {
-        "boundary_deltas": lambda: _boundary_deltas(spark, spec, tables, ds),
-        "attribution": lambda: attribute_misses(spark, spec, ds, s=s),
-        "gates": lambda: _gates(spark, tables, ds),
-        "quarantine": lambda: _quarantine(spark, spec, tables, ds),
-    }
-    for key, step in steps.items():
-        try:
-            data[key] = step()
-        except Exception as exc:  # one missing input must not cost the whole report
-            log.warning("report %s: %s unavailable: %s", ds, key, exc)
-    try:
-        data["pt"], data["watermark_advice"] = _pt(spark, spec, tables, ds)
-    except Exception as exc:
-        log.warning("report %s: PT unavailable: %s", ds, exc)
-    try:
+    sections: dict[str, Any] = {}
+    rec = None
+
+    def match_rates() -> list[dict] | None:
+        if not delta_io.table_exists(spark, tables.match_metrics):
+            return None
+        return [{"ds": str(r["ds"]), "variant": r["variant"], "left_events": r["left_events"],
+                 "matched_left": r["matched_left"], "match_rate": r["match_rate"]}
+                for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") <= F.lit(ds))
+                .orderBy("ds", "variant").collect()]
+
+    def pt() -> dict:
+        series, advice = _pt(spark, spec, tables, ds)
+        return {"pt": series, "watermark_advice": advice}
+
+    def recommendation() -> dict:
+        nonlocal rec
         rec = recommend(spark, spec, learn_days or [ds], s=s)
-        data["sweep"] = [{"lower_s": p.lower_s, "upper_s": p.upper_s, "match_rate": p.predicted_match_rate,
-                          "batch_match_rate": p.batch_match_rate, "predicted_memory_bytes": p.predicted_memory_bytes,
-                          "output_latency_s": p.output_latency_s, "recovery_s": p.recovery_s} for p in rec.candidates]
-        c, d = rec.chosen, rec.deployed
-        data["recommendation"] = {
-            "window": c.label(), "lower_s": c.lower_s, "upper_s": c.upper_s,
-            "left_watermark_s": rec.left_watermark_s, "right_watermark_s": rec.right_watermark_s,
-            "predicted_match_rate": c.predicted_match_rate, "baseline_match_rate": rec.baseline_match_rate,
-            "target_share": rec.target_share, "predicted_memory_bytes": c.predicted_memory_bytes,
-            "output_latency_s": c.output_latency_s, "recovery_s": c.recovery_s,
-            "deployed": {"window": d.label(), "match_rate": d.predicted_match_rate, "memory_bytes": d.predicted_memory_bytes},
-            "reasons": rec.reasons,
-            "lateness": {k: asdict(v) for k, v in rec.lateness.items()},
-        }
-        data["_recommendation_object"] = rec
-    except Exception as exc:
-        log.warning("report %s: recommendation unavailable: %s", ds, exc)
-    data["runbooks"] = runbooks()
-    return data
+        sweep, chosen = _recommendation(rec)
+        return {"sweep": sweep, "recommendation": chosen}
+
+    steps = {
+        "match_rates": lambda: {"match_rates": match_rates()},
+        "boundary_deltas": lambda: {"boundary_deltas": _boundary_deltas(spark, spec, tables, ds)},
+        "attribution": lambda: {"attribution": attribute_misses(spark, spec, ds, s=s)},
+        "gates": lambda: {"gates": _gates(spark, tables, ds)},
+        "quarantine": lambda: {"quarantine": _quarantine(spark, spec, tables, ds)},
+        "PT": pt,
+        "recommendation": recommendation,
+    }
+    for name, step in steps.items():
+        try:
+            built = {k: _adapter(k).validate_python(v) for k, v in step().items() if v is not None}
+        except Exception as exc:  # one missing input must not cost the whole report
+            log.warning("report %s: %s unavailable: %s", ds, name, exc)
+            continue
+        sections.update(built)
+    data = ReportData(pipeline=spec.pipeline, ds=str(ds), spec=_spec_summary(spec),
+                      generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      **sections, runbooks=runbooks())
+    return data, rec
 
 
 def publish(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
@@ -184,25 +211,10 @@ def publish(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = 
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
-    data = build_report_data(spark, spec, ds, s, learn_days)
-    rec = data.pop("_recommendation_object", None)
+    data, rec = build_report(spark, spec, ds, s, learn_days)
     if rec is not None:
         save(spark, spec, rec, s)
     files = publish_report(data, Path(tables.settings.path("reports")))
     log.info("accuracy report for %s ds=%s: %s", spec.pipeline, ds, files.html)
     return files
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jobs.accuracy_report", description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True)
-    p.add_argument("--ds", required=True, type=date.fromisoformat)
-    args = p.parse_args(argv)
-    from jobs.storage.spark import get_spark
-
-    print(publish(get_spark("joinshift-report"), load_spec(args.spec), args.ds).html)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,8 +9,12 @@ import re
 
 import pytest
 
-from jobs.report import render as report
-from jobs.report.render import (PLOTS, SECTIONS, example_data, fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_pp, fmt_timestamp, fmt_window, parse_window, publish_report, recommendation_sentence, render_report, write_latest_pointer)
+from jobs.report import format as report
+from jobs.report.example import example_data
+from jobs.report.format import fmt_bytes, fmt_int, fmt_pct, fmt_pp, fmt_timestamp, fmt_window, parse_window
+from jobs.report.render import PLOTS, SECTIONS, publish_report, render_report, write_latest_pointer
+from jobs.report.sections import recommendation_sentence
+from jobs.spec.duration import fmt_duration
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -382,3 +386,19 @@ def test_recommendation_sentence_verbs():
                     "vs 92.50% for the baseline (99.6% of it; target 99.5%), memory 120 MB → 80 MB.")
     assert recommendation_sentence(None) is None
     assert recommendation_sentence({"reasons": []}) is None
+
+
+# ------------------------------------------------------------------ the typed model
+
+
+def test_report_model_round_trips_through_json(data, tmp_path):
+    from jobs.report.model import SCHEMA_VERSION, ReportData
+
+    model = ReportData.model_validate(data)
+    assert model.schema_version == SCHEMA_VERSION and data["schema_version"] == SCHEMA_VERSION
+    assert ReportData.from_json(model.to_json()) == model
+    assert model.to_dict() == data
+    files = render_report(ReportData(pipeline="p", ds="2026-11-20"), tmp_path)
+    assert json.loads(files.json.read_text()) == {"schema_version": SCHEMA_VERSION, "pipeline": "p", "ds": "2026-11-20"}
+    with pytest.raises(ValueError):
+        ReportData.model_validate({"pipeline": "p", "ds": "2026-11-20", "unknown_section": 1})

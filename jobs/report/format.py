@@ -1,0 +1,161 @@
+"""Number and label formatting for the report (also its Jinja filters), and its fixed palette.
+
+Durations for people come from the one duration grammar: :func:`jobs.spec.duration.fmt_duration`
+formats them, :func:`jobs.spec.duration.duration_seconds` reads them (``"-3h"``, ``"2h 30m"``).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from jobs.spec.duration import duration_seconds, fmt_duration
+
+__all__ = [
+    "DASH", "VARIANTS", "VARIANT_LABELS", "VARIANT_COLORS", "SIDE_COLORS", "CAUSES", "GAIN_CAUSES",
+    "EXTRA_COLORS", "UPPER_PALETTE", "num", "fmt_pct", "fmt_pp", "fmt_duration", "fmt_bytes",
+    "fmt_int", "fmt_window", "fmt_timestamp", "parse_seconds", "parse_window", "fmt_spec_duration",
+]
+
+DASH = "—"
+
+#: The paper's three batch baselines (§7.1) and the streaming join, in report order
+#: (the same order as ``jobs.storage.tables.VARIANTS``; not imported to keep the report Spark-free).
+VARIANTS = ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")
+VARIANT_LABELS = {
+    "batch_1d_1d": "batch 1d → 1d",
+    "batch_1d_2d": "batch 1d → 2d",
+    "batch_1d_windowed": "batch 1d, windowed",
+    "stream": "stream",
+}
+#: One colour per variant in every plot and table.
+VARIANT_COLORS = {
+    "batch_1d_1d": "#94a3b8",
+    "batch_1d_2d": "#8b5cf6",
+    "batch_1d_windowed": "#f59e0b",
+    "stream": "#2563eb",
+}
+SIDE_COLORS = {"left": "#0d9488", "right": "#db2777"}
+CAUSES = {  # cause -> (label, colour, explanation)
+    "late_right": ("late right event", "#ef4444",
+                   "the matching right event arrived after the right watermark had passed its window"),
+    "outside_window": ("outside the window", "#f59e0b",
+                       "a right event with the key exists, but its event time is outside the join window"),
+    "left_late": ("late left event", "#8b5cf6",
+                  "the left event arrived behind the left watermark and was emitted unmatched"),
+    "quarantined": ("partner quarantined", "#64748b",
+                    "the matching right event was set aside by the landing gates (malformed or invalid)"),
+    "midnight_gain": ("gained across midnight", "#10b981",
+                      "matches the stream makes that the daily batch loses at the partition cut-off"),
+}
+GAIN_CAUSES = ("midnight_gain",)
+EXTRA_COLORS = ("#0ea5e9", "#a16207", "#be185d", "#4d7c0f", "#7c3aed")
+#: Light-to-dark sequence for the sweep's upper bounds (ordinal, unlike the variants).
+UPPER_PALETTE = ("#5eead4", "#0891b2", "#1e40af", "#312e81")
+
+
+def num(v: Any) -> float | None:
+    """A finite float, or None for None/NaN/inf/non-numbers."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def fmt_pct(v: Any, digits: int = 2) -> str:
+    """A fraction as a percentage: ``0.925 -> "92.50%"``; missing -> "—"."""
+    f = num(v)
+    return DASH if f is None else f"{100 * f:.{digits}f}%"
+
+
+def fmt_pp(v: Any, digits: int = 2) -> str:
+    """Percentage points, signed: ``-0.05 -> "-0.05 pp"``, ``1.2 -> "+1.20 pp"``."""
+    f = num(v)
+    if f is None:
+        return DASH
+    if round(f, digits) == 0:
+        f = 0.0
+    return f"{f:+.{digits}f} pp"
+
+
+def fmt_bytes(v: Any) -> str:
+    """Bytes in decimal units, 2-3 significant digits: ``1.2e9 -> "1.2 GB"``, ``1.2e8 -> "120 MB"``."""
+    f = num(v)
+    if f is None:
+        return DASH
+    sign = "-" if f < 0 else ""
+    f = abs(f)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if f < 999.5 or unit == "TB":
+            if unit == "B":
+                return f"{sign}{f:.0f} B"
+            return f"{sign}{f:.1f} {unit}" if f < 9.95 else f"{sign}{f:.0f} {unit}"
+        f /= 1000
+    raise AssertionError("unreachable")
+
+
+def fmt_int(v: Any) -> str:
+    """An integer count with thousands separators: ``20000 -> "20,000"``."""
+    f = num(v)
+    return DASH if f is None else f"{round(f):,}"
+
+
+def fmt_window(lower_s: Any, upper_s: Any) -> str:
+    """``(-10800, 1800) -> "[-3h, +30m]"``."""
+    if num(lower_s) is None or num(upper_s) is None:
+        return DASH
+    return f"[{fmt_duration(lower_s, signed=True)}, {fmt_duration(upper_s, signed=True)}]"
+
+
+def parse_seconds(v: Any) -> float | None:
+    """``"-3h" -> -10800``, ``"2h 30m"`` / ``"+2h30m" -> 9000``, numbers pass through; else None."""
+    f = num(v)
+    if f is not None:
+        return f
+    if not isinstance(v, str) or not v.strip():
+        return None
+    try:
+        return duration_seconds(v)
+    except ValueError:
+        return None
+
+
+def parse_window(v: Any) -> tuple[float, float] | None:
+    """``"[-3h, +30m]" -> (-10800.0, 1800.0)``; None when it is not a window."""
+    if not isinstance(v, str):
+        return None
+    parts = v.strip().strip("[]() ").split(",")
+    if len(parts) != 2:
+        return None
+    lo, hi = parse_seconds(parts[0]), parse_seconds(parts[1])
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def fmt_spec_duration(v: Any) -> str:
+    """A spec's duration text for people (``"2h" -> "2h"``, ``"90m" -> "1h 30m"``); unreadable as is."""
+    s = parse_seconds(v)
+    return fmt_duration(s) if s is not None else (DASH if v in (None, "") else str(v))
+
+
+def fmt_timestamp(v: Any) -> str:
+    """ISO-8601 -> "2026-11-21 02:00 UTC" (other strings pass through)."""
+    if v in (None, ""):
+        return DASH
+    try:
+        t = datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+    except ValueError:
+        return str(v)
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc)
+        return t.strftime("%Y-%m-%d %H:%M UTC")
+    return t.strftime("%Y-%m-%d %H:%M")
+
+
+def pp_between(a: Any, b: Any) -> float | None:
+    """``100 * (a - b)``: the difference of two rates in percentage points; None if one is missing."""
+    fa, fb = num(a), num(b)
+    return None if fa is None or fb is None else 100 * (fa - fb)

@@ -1,0 +1,191 @@
+"""The report's input: a typed, versioned model of one pipeline-day (JSON round-trip).
+
+:func:`jobs.report.assemble.build_report` fills it from the tables, :func:`ReportData.to_dict`
+gives the JSON-able dict the renderer reads and writes as ``report.json``, and
+:meth:`ReportData.from_json` reads such a file back. Every section is optional except
+``pipeline`` and ``ds``; a missing (or empty) section renders as "Not available yet". Times are
+seconds unless the field says ``_ms``; rates are fractions in [0, 1]; durations in ``spec`` are
+texts of the duration grammar (``"10m"``, ``"[-3h, +30m]"``).
+
+Terms follow the paper (Facebook, "Providing Streaming Joins as a Service", VLDB 2018): *match
+rate* = matched left events / left events (§7.1); the *window* ``[lower, upper]`` is relative to
+the left event time; *boundary deltas* are how far matched right events are from the window's
+bounds (§6.5); *PT* is the estimated processing time of a stream and *PT delay* the wall clock
+minus PT (§5.3, §7.4). Attribution causes: ``late_right`` / ``outside_window`` / ``left_late`` /
+``quarantined`` are reasons a left event went unmatched in the stream but not in the baseline;
+``midnight_gain`` counts matches the stream makes that the daily batch loses at midnight.
+
+The renderer stays lenient: it also takes a plain dict (an older ``report.json``, a hand-made
+one) and renders a malformed section as "Not available" with the error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SCHEMA_VERSION = 1
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpecSummary(_Part):
+    window: str | None = None                 # "[-3h, +30m]"
+    left_watermark: str | None = None         # "10m"
+    right_watermark: str | None = None
+    join_type: str | None = None              # "left_outer"
+    cardinality: str | None = None            # "1-to-n"
+    baseline: str | None = None               # the variant the stream is held to
+    tolerance_pp: float | None = None         # allowed shortfall, percentage points
+
+
+class MatchRate(_Part):
+    """One ds and variant of the history (Fig. 8)."""
+
+    ds: str
+    variant: str                              # batch_1d_1d | batch_1d_2d | batch_1d_windowed | stream
+    left_events: int | None = None
+    matched_left: int | None = None
+    match_rate: float | None = None
+
+
+class Histogram(_Part):
+    edges: list[float]                        # len(edges) == len(counts) + 1
+    counts: list[int]
+
+
+class BoundaryDeltas(_Part):
+    """Distances of matched right events to the window's bounds (§6.5), per windowed variant."""
+
+    to_lower_p1: float | None = None
+    to_lower_p50: float | None = None
+    to_lower_p99: float | None = None
+    to_upper_p1: float | None = None
+    to_upper_p50: float | None = None
+    to_upper_p99: float | None = None
+    hist_to_lower: Histogram | None = None
+    hist_to_upper: Histogram | None = None
+
+
+class SweepPoint(_Part):
+    """One candidate window replayed over the day (Figs. 9, 10)."""
+
+    lower_s: float
+    upper_s: float
+    match_rate: float | None = None
+    batch_match_rate: float | None = None
+    predicted_memory_bytes: float | None = None
+    output_latency_s: float | None = None
+    recovery_s: float | None = None
+
+
+class PTPoint(_Part):
+    """One micro-batch of the PT series (Fig. 12)."""
+
+    batch_end_ms: int
+    pt_delay_ms: float | None = None
+    window_batches: int | None = None
+    accuracy: float | None = None
+
+
+class PTSeries(_Part):
+    left: list[PTPoint] | None = None
+    right: list[PTPoint] | None = None
+
+
+class WatermarkAdvice(_Part):
+    recommended_delay_s: float | None = None
+    share_behind_pt: float | None = None
+    basis: str | None = None
+
+
+class Attribution(_Part):
+    """Why left events went unmatched in the stream but not in the baseline, and midnight gains."""
+
+    counts: dict[str, int] = {}
+    by_hour: list[dict[str, int]] = []        # {"hour": 0, "late_right": 10, ...}
+    samples: dict[str, list[str]] = {}        # cause -> a few left event ids
+    ds: str | None = None
+    baseline: str | None = None
+    missed_by_stream: int | None = None
+    quarantined: dict[str, int] | None = None
+
+
+class DeployedWindow(_Part):
+    window: str | None = None
+    match_rate: float | None = None
+    memory_bytes: float | None = None
+    output_latency_s: float | None = None
+    recovery_s: float | None = None
+
+
+class Recommendation(_Part):
+    window: str | None = None                 # "[-2h, +30m]"
+    lower_s: float | None = None
+    upper_s: float | None = None
+    left_watermark_s: float | None = None
+    right_watermark_s: float | None = None
+    predicted_match_rate: float | None = None
+    baseline_match_rate: float | None = None
+    target_share: float | None = None         # of the baseline match rate
+    predicted_memory_bytes: float | None = None
+    output_latency_s: float | None = None
+    recovery_s: float | None = None
+    deployed: DeployedWindow | None = None
+    reasons: list[str] = []
+    lateness: dict[str, dict[str, float]] | None = None   # per stream, see recommend.StreamLateness
+
+
+class Gate(_Part):
+    suite: str
+    success: bool | None = None
+    evaluated: int | None = None
+    failed: int | None = None
+    summary: str | None = None
+
+
+class Runbook(_Part):
+    title: str | None = None
+    path: str | None = None                   # include/runbooks/<name>.md
+    url: str | None = None
+
+
+class ReportData(_Part):
+    """One pipeline-day of the accuracy report."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    pipeline: str
+    ds: str
+    generated_at: str | None = None           # ISO-8601
+    spec: SpecSummary | None = None
+    match_rates: list[MatchRate] | None = None
+    boundary_deltas: dict[str, BoundaryDeltas] | None = None
+    sweep: list[SweepPoint] | None = None
+    pt: PTSeries | None = None
+    watermark_advice: dict[str, WatermarkAdvice] | None = None
+    attribution: Attribution | None = None
+    recommendation: Recommendation | None = None
+    gates: list[Gate] | None = None
+    quarantine: dict[str, dict[str, int]] | None = None   # side -> reason -> count
+    runbooks: list[Runbook] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able dict the renderer reads: the fields that were set, plus the version."""
+        return {"schema_version": self.schema_version,
+                **self.model_dump(mode="json", exclude_unset=True, exclude={"schema_version"})}
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_unset=True, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "ReportData":
+        return cls.model_validate_json(text)
+
+
+#: section name -> its type, for validating sections one at a time (assembly keeps the others
+#: when one fails).
+SECTION_TYPES = {name: f.annotation for name, f in ReportData.model_fields.items()
+                 if name not in ("schema_version", "pipeline", "ds", "generated_at")}

@@ -1,0 +1,319 @@
+"""The report's sections: the input dict in, plain preformatted values for the template out.
+
+Each builder reads one section of the report data (see :mod:`jobs.report.model`) defensively:
+a missing part gives None or an empty list, a malformed one raises and the renderer marks that
+section "Not available" with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.accuracy.recommend import bound_advice
+from jobs.report.format import (CAUSES, DASH, GAIN_CAUSES, SIDE_COLORS, VARIANT_COLORS, VARIANT_LABELS, VARIANTS,
+                                fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_spec_duration, fmt_window, num,
+                                parse_window, pp_between)
+
+def rows_of(v: Any) -> list[dict]:
+    return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
+
+
+def rate_of(row: dict) -> float | None:
+    r = num(row.get("match_rate"))
+    if r is None:
+        left, matched = num(row.get("left_events")), num(row.get("matched_left"))
+        if left and matched is not None:
+            r = matched / left
+    return r
+
+
+def match_rate_table(data: dict) -> dict | None:
+    """{ds: {variant: row}} plus per-variant averages; None when there are no rows."""
+    by_ds: dict[str, dict[str, dict]] = {}
+    for r in rows_of(data.get("match_rates")):
+        if r.get("ds") is None or r.get("variant") is None:
+            continue
+        by_ds.setdefault(str(r["ds"]), {})[str(r["variant"])] = {**r, "match_rate": rate_of(r)}
+    if not by_ds:
+        return None
+    present = {v for rows in by_ds.values() for v in rows}
+    variants = [v for v in VARIANTS if v in present] + sorted(present - set(VARIANTS))
+    avg = {}
+    for v in variants:
+        vals = [rows[v]["match_rate"] for rows in by_ds.values()
+                if v in rows and rows[v]["match_rate"] is not None]
+        avg[v] = sum(vals) / len(vals) if vals else None
+    return {"by_ds": dict(sorted(by_ds.items())), "variants": variants, "avg": avg}
+
+
+def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str | None) -> dict:
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    baseline = str(spec.get("baseline") or "batch_1d_windowed")
+    tol = num(spec.get("tolerance_pp"))
+    ds = str(data["ds"])
+    h: dict[str, Any] = {"baseline": baseline, "baseline_label": VARIANT_LABELS.get(baseline, baseline),
+                         "tolerance_pp": tol, "ds_used": None, "stream": None, "base": None,
+                         "diff_pp": None, "within": None, "left_events": None, "matched_left": None}
+    if mr:
+        ds_used = ds if ds in mr["by_ds"] else max(mr["by_ds"])
+        rows = mr["by_ds"][ds_used]
+        h["ds_used"] = ds_used
+        s, b = rows.get("stream", {}), rows.get(baseline, {})
+        h["stream"], h["base"] = s.get("match_rate"), b.get("match_rate")
+        h["left_events"], h["matched_left"] = s.get("left_events"), s.get("matched_left")
+        h["diff_pp"] = pp_between(h["stream"], h["base"])
+        h["stream_avg"], h["base_avg"] = mr["avg"].get("stream"), mr["avg"].get(baseline)
+        h["days"] = len(mr["by_ds"])
+        if h["diff_pp"] is not None and tol is not None:
+            h["within"] = h["diff_pp"] >= -tol - 1e-9
+    failed = [g for g in gates if g.get("success") is False]
+    h["gates_failed"] = failed
+    if h["within"] is False or failed:
+        status = "attention"
+    elif h["stream"] is None:
+        status = "unknown"
+    else:
+        status = "ok"
+    h["status"] = status
+    d = h["diff_pp"]
+    if d is None:
+        h["verdict"] = "No stream vs baseline match rate for this day yet."
+    else:
+        side = "below" if d < 0 else "above"
+        amount = f"{abs(d):.2f} pp {side}" if round(d, 2) else "level with"
+        text = f"The stream's match rate is {amount} {h['baseline_label']}"
+        if tol is not None:
+            text += (f", within the {tol:.2f} pp tolerance." if h["within"]
+                     else f", outside the {tol:.2f} pp tolerance.")
+        else:
+            text += "."
+        h["verdict"] = text
+    if failed:
+        h["verdict"] += (f" {len(failed)} of {len(gates)} data quality gate"
+                         f"{'s' if len(gates) != 1 else ''} failed.")
+    h["recommendation"] = rec_sentence
+    return h
+
+
+def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str | None:
+    """The recommendation in one sentence, e.g. "Narrow the window from [-3h, +30m] to
+    [-1h, +45m]: predicted match rate 92.31% vs 92.49% for the baseline (99.8% of it; target
+    99.5%), memory 120 MB → 61 MB." None without a recommended window."""
+    if not isinstance(rec, dict):
+        return None
+    spec = spec if isinstance(spec, dict) else {}
+    new = None
+    if num(rec.get("lower_s")) is not None and num(rec.get("upper_s")) is not None:
+        new = (float(rec["lower_s"]), float(rec["upper_s"]))
+    elif parse_window(rec.get("window")):
+        new = parse_window(rec.get("window"))
+    if new is None:
+        return None
+    new_label = rec.get("window") or fmt_window(*new)
+    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    old_label = deployed.get("window") or spec.get("window")
+    old = parse_window(old_label)
+    if old is None:
+        text = f"Use the window {new_label}"
+    elif abs(old[0] - new[0]) < 1e-6 and abs(old[1] - new[1]) < 1e-6:
+        text = f"Keep the window at {new_label}"
+    else:
+        span_old, span_new = old[1] - old[0], new[1] - new[0]
+        verb = "Narrow" if span_new < span_old else ("Widen" if span_new > span_old else "Shift")
+        text = f"{verb} the window from {old_label} to {new_label}"
+    details = []
+    pred, base = num(rec.get("predicted_match_rate")), num(rec.get("baseline_match_rate"))
+    if pred is not None:
+        d = f"predicted match rate {fmt_pct(pred)}"
+        if base:
+            d += f" vs {fmt_pct(base)} for the baseline ({fmt_pct(pred / base, 1)} of it"
+            target = num(rec.get("target_share"))
+            d += f"; target {fmt_pct(target, 1)})" if target is not None else ")"
+        details.append(d)
+    mem_new, mem_old = num(rec.get("predicted_memory_bytes")), num(deployed.get("memory_bytes"))
+    if mem_new is not None:
+        details.append(f"memory {fmt_bytes(mem_old)} → {fmt_bytes(mem_new)}" if mem_old is not None
+                       else f"memory {fmt_bytes(mem_new)}")
+    return text + (": " + ", ".join(details) if details else "") + "."
+
+
+def recommendation_model(rec: dict, spec: dict) -> dict:
+    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    dep_window = deployed.get("window") or spec.get("window")
+    new_window = rec.get("window") or fmt_window(rec.get("lower_s"), rec.get("upper_s"))
+    rows = [
+        ("Window", dep_window or DASH, new_window),
+        ("Left watermark", fmt_spec_duration(spec.get("left_watermark")),
+         fmt_duration(rec.get("left_watermark_s"))),
+        ("Right watermark", fmt_spec_duration(spec.get("right_watermark")),
+         fmt_duration(rec.get("right_watermark_s"))),
+        ("Match rate", fmt_pct(deployed.get("match_rate")), fmt_pct(rec.get("predicted_match_rate"))),
+        ("Memory (right window state)", fmt_bytes(deployed.get("memory_bytes")),
+         fmt_bytes(rec.get("predicted_memory_bytes"))),
+        ("Output latency", fmt_duration(deployed.get("output_latency_s")),
+         fmt_duration(rec.get("output_latency_s"))),
+        ("Recovery after restart", fmt_duration(deployed.get("recovery_s")),
+         fmt_duration(rec.get("recovery_s"))),
+    ]
+    reasons = [str(r) for r in rec.get("reasons") or [] if r]
+    base = num(rec.get("baseline_match_rate"))
+    pred = num(rec.get("predicted_match_rate"))
+    return {
+        "sentence": recommendation_sentence(rec, spec),
+        "rows": [{"what": w, "deployed": d, "recommended": n, "changed": d != n} for w, d, n in rows],
+        "reasons": reasons,
+        "baseline": fmt_pct(base),
+        "share": fmt_pct(pred / base, 1) if pred is not None and base else DASH,
+        "target": fmt_pct(rec.get("target_share"), 1),
+    }
+
+
+def deltas_model(bd: dict) -> list[dict]:
+    out = []
+    for v in [v for v in VARIANTS if v in bd] + sorted(set(bd) - set(VARIANTS)):
+        d = bd[v]
+        if not isinstance(d, dict):
+            continue
+        row = {"variant": v, "label": VARIANT_LABELS.get(v, v), "color": VARIANT_COLORS.get(v, "#334155")}
+        for side in ("lower", "upper"):
+            for p in ("p1", "p50", "p99"):
+                row[f"{side}_{p}"] = fmt_duration(d.get(f"to_{side}_{p}"))
+        out.append(row)
+    return out
+
+
+def delta_hints(bd: dict, spec: dict) -> list[str]:
+    """§6.5: matches that crowd a bound say "widen it"; a bound never approached says "shrink it"."""
+    d = bd.get("stream") if isinstance(bd.get("stream"), dict) else None
+    win = parse_window(spec.get("window"))
+    if not d or not win:
+        return []
+    span = win[1] - win[0]
+    hints = []
+    for side, name in (("lower", "lower"), ("upper", "upper")):
+        p1 = num(d.get(f"to_{side}_p1"))
+        if p1 is None or span <= 0:
+            continue
+        advice = bound_advice(p1, span)
+        if advice == "widen":
+            hints.append(f"1% of the stream's matches are within {fmt_duration(p1)} of the {name} bound: "
+                         f"matches crowd it, widening the {name} side would likely add matches.")
+        elif advice == "shrink":
+            hints.append(f"No more than 1% of the stream's matches come closer than {fmt_duration(p1)} "
+                         f"to the {name} bound: that side can shrink, saving memory"
+                         + (" and latency." if side == "upper" else "."))
+    return hints
+
+
+def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
+    out = []
+    for side in ("left", "right"):
+        rows = rows_of(pt.get(side)) if isinstance(pt, dict) else []
+        adv = advice.get(side) if isinstance(advice, dict) and isinstance(advice.get(side), dict) else {}
+        if not rows and not adv:
+            continue
+        delays = sorted(x for x in (num(r.get("pt_delay_ms")) for r in rows) if x is not None)
+        wins = [x for x in (num(r.get("window_batches")) for r in rows) if x is not None]
+        accs = sorted(x for x in (num(r.get("accuracy")) for r in rows) if x is not None)
+
+        def q(vals: list[float], p: float) -> float | None:
+            return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
+
+        out.append({
+            "side": side, "color": SIDE_COLORS[side],
+            "delay_min": fmt_duration(delays[0] / 1000 if delays else None),
+            "delay_p50": fmt_duration(q(delays, 0.5) / 1000 if delays else None),
+            "delay_max": fmt_duration(delays[-1] / 1000 if delays else None),
+            "windows_max": fmt_int(max(wins) if wins else None),
+            "accuracy_p50": fmt_pct(q(accs, 0.5)),
+            "accuracy_min": fmt_pct(accs[0] if accs else None),
+            "deployed_wm": fmt_spec_duration(spec.get(f"{side}_watermark")),
+            "recommended_wm": fmt_duration(adv.get("recommended_delay_s")),
+            "share_behind": fmt_pct(adv.get("share_behind_pt"), 3),
+        })
+    return out
+
+
+def attribution_model(att: dict) -> dict:
+    counts = att.get("counts") if isinstance(att.get("counts"), dict) else {}
+    samples = att.get("samples") if isinstance(att.get("samples"), dict) else {}
+    causes = [c for c in CAUSES if c in counts or c in samples] + sorted(
+        (set(counts) | set(samples)) - set(CAUSES))
+    misses = sum(num(counts.get(c)) or 0 for c in causes if c not in GAIN_CAUSES)
+    rows = []
+    for c in causes:
+        label, color, why = CAUSES.get(c, (c.replace("_", " "), "#334155", ""))
+        n = num(counts.get(c))
+        gain = c in GAIN_CAUSES
+        ids = [str(x) for x in (samples.get(c) or [])][:5]
+        rows.append({"cause": c, "label": label, "color": color, "why": why, "count": fmt_int(n),
+                     "share": DASH if gain or not misses or n is None else fmt_pct(n / misses, 1),
+                     "gain": gain, "samples": ids})
+    return {"rows": rows, "misses": fmt_int(misses)}
+
+
+def quarantine_model(q: dict) -> dict | None:
+    sides = [s for s in ("left", "right") if isinstance(q.get(s), dict)]
+    sides += sorted(s for s in q if s not in sides and isinstance(q.get(s), dict))
+    reasons = sorted({r for s in sides for r in q[s]})
+    if not reasons:
+        return None
+    rows = []
+    for r in reasons:
+        vals = [num(q[s].get(r)) for s in sides]
+        rows.append({"reason": r.replace("_", " "), "values": [fmt_int(v) if v is not None else DASH for v in vals],
+                     "total": fmt_int(sum(v or 0 for v in vals))})
+    totals = [fmt_int(sum(num(q[s].get(r)) or 0 for r in reasons)) for s in sides]
+    return {"sides": sides, "rows": rows, "totals": totals,
+            "total": fmt_int(sum(num(q[s].get(r)) or 0 for s in sides for r in reasons))}
+
+
+def sweep_rows(sweep: list[dict], deployed: tuple | None, recommended: tuple | None) -> list[dict]:
+    out = []
+    for r in sorted(sweep, key=lambda r: (num(r.get("upper_s")) or 0, -(num(r.get("lower_s")) or 0))):
+        lo, hi = num(r.get("lower_s")), num(r.get("upper_s"))
+        key = (lo, hi)
+        out.append({
+            "window": fmt_window(lo, hi),
+            "match_rate": fmt_pct(r.get("match_rate")),
+            "memory": fmt_bytes(r.get("predicted_memory_bytes")),
+            "latency": fmt_duration(r.get("output_latency_s")),
+            "recovery": fmt_duration(r.get("recovery_s")),
+            "deployed": deployed is not None and key == tuple(deployed),
+            "recommended": recommended is not None and key == tuple(recommended),
+        })
+    return out
+
+
+def windows_of(data: dict) -> tuple[tuple | None, tuple | None]:
+    """(deployed, recommended) windows as (lower_s, upper_s)."""
+    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    rec = data.get("recommendation") if isinstance(data.get("recommendation"), dict) else {}
+    dep = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    deployed = parse_window(dep.get("window")) or parse_window(spec.get("window"))
+    recommended = None
+    if num(rec.get("lower_s")) is not None and num(rec.get("upper_s")) is not None:
+        recommended = (float(rec["lower_s"]), float(rec["upper_s"]))
+    else:
+        recommended = parse_window(rec.get("window"))
+    return deployed, recommended
+
+
+
+def spec_items(spec: dict) -> list[tuple[str, str]]:
+    items = []
+    if spec.get("window"):
+        items.append(("window", str(spec["window"])))
+    wm = [f"{s} {fmt_spec_duration(spec.get(f'{s}_watermark'))}" for s in ("left", "right")
+          if spec.get(f"{s}_watermark") not in (None, "")]
+    if wm:
+        items.append(("watermarks", " · ".join(wm)))
+    if spec.get("join_type"):
+        items.append(("join", str(spec["join_type"]).replace("_", " ")
+                      + (f", {spec['cardinality']}" if spec.get("cardinality") else "")))
+    if spec.get("baseline"):
+        items.append(("baseline", VARIANT_LABELS.get(spec["baseline"], str(spec["baseline"]))))
+    if num(spec.get("tolerance_pp")) is not None:
+        items.append(("tolerance", f"{float(spec['tolerance_pp']):.2f} pp"))
+    return items
+
