@@ -124,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     qa.add_argument("--dir", help="GX file context (default: expectations/)")
     qa.add_argument("--kind", action="append", help="only this gate (repeatable): raw_left, raw_right, "
                                                    "join_output, accuracy")
-    with_ds(with_spec(cmd("report", commands.cmd_report, "build the daily accuracy report (HTML + plots + JSON)")))
+    rep = with_ds(with_spec(cmd("report", commands.cmd_report, "build the daily accuracy report (HTML + plots + JSON)")),
+                  required=False)
+    rep.add_argument("--example", action="store_true", help="render the report on example numbers (no Spark)")
+    rep.add_argument("--out", default="var/example-reports", help="where --example writes (default var/example-reports)")
 
     pl = cmd("plan", commands.cmd_plan, "compare a deployed spec with a new one: reuse the checkpoint (exit 0), "
                                "or replay (exit 3)?")

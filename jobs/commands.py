@@ -243,6 +243,14 @@ def cmd_quality(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
+    if args.example:  # the report's look on made-up numbers: no Spark, no tables
+        from jobs.report import example_data, publish_report
+
+        files = publish_report(example_data(ds=str(args.ds or date(2026, 11, 20))), Path(args.out))
+        print(files.html)
+        return 0
+    if args.ds is None:
+        raise UserError("--ds YYYY-MM-DD is required (or --example)", EXIT_USAGE)
     from jobs.report.assemble import publish
 
     spec, spark = _load_spec(args.spec), _spark("report")

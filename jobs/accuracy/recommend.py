@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from jobs.accuracy.pt_estimator import recommend_watermark_delay
+from jobs.accuracy.lateness import recommend_watermark_delay
 from jobs.spec import JoinSpec, format_duration
 
 log = logging.getLogger("joinshift.recommend")

@@ -66,7 +66,8 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
     import numpy as np
 
     from jobs.storage import delta_io
-    from jobs.accuracy.pt_estimator import (lateness_behind_pt, pt_series, recommend_watermark_delay, share_behind_pt)
+    from jobs.accuracy.lateness import lateness_behind_pt, recommend_watermark_delay, share_behind_pt
+    from jobs.accuracy.pt_estimator import pt_series
 
     series, advice = {}, {}
     for side in ("left", "right"):
