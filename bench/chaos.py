@@ -49,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
-    base_s = dataclasses.replace(settings(), kafka_home=str(root / "kafka"), log_dir=str(root / "logs"),
-                                 spark_driver_memory="1g", kafka_bootstrap="")
+    base_s = dataclasses.replace(
+        settings(),
+        kafka_home=str(root / "kafka"),
+        log_dir=str(root / "logs"),
+        spark_driver_memory="1g",
+        kafka_bootstrap="",
+    )
     ref_s = dataclasses.replace(base_s, storage_root=str(root / "reference"))
     run_s = dataclasses.replace(base_s, storage_root=str(root / "supervised"))
     base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
@@ -65,9 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         expected = reference_output(spark, isolated_spec(base, "chaos_bench", None), bootstrap, ref_s)
         ref_seconds = time.monotonic() - t
-        res = chaos_run(spec, spec_path, run_s, bootstrap, kills=args.kills, seed=args.seed,
-                        broker=None if args.no_broker_bounce else broker,
-                        broker_bounce_after=None if args.no_broker_bounce else max(1, args.kills // 2))
+        res = chaos_run(
+            spec,
+            spec_path,
+            run_s,
+            bootstrap,
+            kills=args.kills,
+            seed=args.seed,
+            broker=None if args.no_broker_bounce else broker,
+            broker_bounce_after=None if args.no_broker_bounce else max(1, args.kills // 2),
+        )
         got = output_rows(spark, spec, run_s)
     finally:
         if spark is not None:
@@ -77,13 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "command": command,
         "records": n,
-        "reference_rows": len(expected), "reference_seconds": round(ref_seconds, 1),
-        "kills": res["kills"], "restarts": res["restarts"], "broker_bounced": res["broker_bounced"],
-        "output_rows": len(got), "duplicates": len(got) - len(set(got)),
+        "reference_rows": len(expected),
+        "reference_seconds": round(ref_seconds, 1),
+        "kills": res["kills"],
+        "restarts": res["restarts"],
+        "broker_bounced": res["broker_bounced"],
+        "output_rows": len(got),
+        "duplicates": len(got) - len(set(got)),
         "output_equal": got == expected,
-        "kill_to_new_output_s": {"n": len(rec), "mean": round(statistics.mean(rec), 1) if rec else None,
-                                 "median": round(statistics.median(rec), 1) if rec else None,
-                                 "max": round(max(rec), 1) if rec else None},
+        "kill_to_new_output_s": {
+            "n": len(rec),
+            "mean": round(statistics.mean(rec), 1) if rec else None,
+            "median": round(statistics.median(rec), 1) if rec else None,
+            "max": round(max(rec), 1) if rec else None,
+        },
         "chaos_seconds": res["seconds"],
     }
     print(json.dumps(summary, indent=2))

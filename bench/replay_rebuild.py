@@ -26,7 +26,7 @@ import json
 import shutil
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from jobs.settings import PROJECT_ROOT, settings
@@ -36,16 +36,25 @@ DEFAULT_CUTOVER = "2026-11-19T21:00:00Z"  # an hour after the generator's diurna
 
 def _parse_cutover(text: str) -> datetime:
     t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def rebuild_spec(base, name: str, max_offsets: int | None):
     """The deployed spec (window, watermarks) on its own topics, tables and checkpoint."""
     side = lambda st, tag: st.model_copy(update={"topic": f"{name}_{tag}"})  # noqa: E731
-    streaming = base.streaming if max_offsets is None else base.streaming.model_copy(
-        update={"max_offsets_per_trigger": max_offsets})
-    return base.model_copy(update={"pipeline": name, "left": side(base.left, "left"),
-                                   "right": side(base.right, "right"), "streaming": streaming})
+    streaming = (
+        base.streaming
+        if max_offsets is None
+        else base.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets})
+    )
+    return base.model_copy(
+        update={
+            "pipeline": name,
+            "left": side(base.left, "left"),
+            "right": side(base.right, "right"),
+            "streaming": streaming,
+        }
+    )
 
 
 def publish_before_cutover(base, spec, bootstrap: str, left_events: int, cutover: datetime, seed: int) -> int:
@@ -56,8 +65,7 @@ def publish_before_cutover(base, spec, bootstrap: str, left_events: int, cutover
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
 
-    wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed,
-                                 start_date=cutover.date()), base)
+    wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed, start_date=cutover.date()), base)
     cut_ms = int(cutover.timestamp() * 1000)
     r = wl.records
     r = r[(r.arrival_ms < cut_ms) & (r.arrival_ms >= cut_ms - 8 * 3600 * 1000)]
@@ -70,12 +78,18 @@ def publish_before_cutover(base, spec, bootstrap: str, left_events: int, cutover
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.replay_rebuild", description=__doc__.split("\n\n")[0])
-    p.add_argument("--left-events", default="20000,200000",
-                   help="comma-separated left events per day, one run each (default: the generator's "
-                        "default rate and 10x it)")
+    p.add_argument(
+        "--left-events",
+        default="20000,200000",
+        help="comma-separated left events per day, one run each (default: the generator's default rate and 10x it)",
+    )
     p.add_argument("--cutover", default=DEFAULT_CUTOVER, help="ISO-8601 cut-over instant")
-    p.add_argument("--max-offsets", type=int, default=None,
-                   help="maxOffsetsPerTrigger for the replay (default: the spec's, i.e. no limit)")
+    p.add_argument(
+        "--max-offsets",
+        type=int,
+        default=None,
+        help="maxOffsetsPerTrigger for the replay (default: the spec's, i.e. no limit)",
+    )
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench" / "replay"), help="scratch folder (wiped)")
@@ -87,16 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(f"--left-events / --cutover: {e}")
 
-    from jobs.operate.checkpoint import state_summary
     from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.operate.checkpoint import state_summary
     from jobs.operate.replay import replay, replay_start
-    from jobs.storage.spark import get_spark
     from jobs.spec import load_spec
+    from jobs.storage.spark import get_spark
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
-    s = dataclasses.replace(settings(), kafka_home=str(root / "kafka"), log_dir=str(root / "logs"),
-                            storage_root=str(root / "storage"), kafka_bootstrap="")
+    s = dataclasses.replace(
+        settings(),
+        kafka_home=str(root / "kafka"),
+        log_dir=str(root / "logs"),
+        storage_root=str(root / "storage"),
+        kafka_bootstrap="",
+    )
     base = load_spec(args.spec)
     span = timedelta(seconds=base.window.span_seconds)
     broker = EmbeddedKafka(s)
@@ -111,32 +130,47 @@ def main(argv: list[str] | None = None) -> int:
         for rate in rates:
             spec = rebuild_spec(base, f"rebuild_{rate}", args.max_offsets)
             n = publish_before_cutover(base, spec, bootstrap, rate, cutover, args.seed)
-            print(f"[{rate:,} left/day] {n:,} records published; replaying to {cutover.isoformat()} ...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{rate:,} left/day] {n:,} records published; replaying to {cutover.isoformat()} ...",
+                file=sys.stderr,
+                flush=True,
+            )
             t = time.monotonic()
             plan = replay(spark, spec, cutover, bootstrap=bootstrap, s=s)
             rebuild_s = time.monotonic() - t
             replayed = _records_after(bootstrap, plan.offsets)
             state = state_summary(spark, Path(plan.checkpoint))
             replayed_span = cutover - min(replay_start(spec, side, cutover) for side in ("left", "right"))
-            results.append({
-                "left_events_per_day": rate,
-                "records_replayed": replayed,
-                "rebuild_s": round(rebuild_s, 1),
-                "records_per_s": round(replayed / rebuild_s),
-                "window_span_h": span.total_seconds() / 3600,
-                "window_span_over_rebuild": round(span.total_seconds() / rebuild_s, 1),
-                "replayed_span_h": replayed_span.total_seconds() / 3600,
-                "replayed_span_over_rebuild": round(replayed_span.total_seconds() / rebuild_s, 1),
-                "state_rows": {"left": state["left"]["rows"], "right": state["right"]["rows"]},
-            })
+            results.append(
+                {
+                    "left_events_per_day": rate,
+                    "records_replayed": replayed,
+                    "rebuild_s": round(rebuild_s, 1),
+                    "records_per_s": round(replayed / rebuild_s),
+                    "window_span_h": span.total_seconds() / 3600,
+                    "window_span_over_rebuild": round(span.total_seconds() / rebuild_s, 1),
+                    "replayed_span_h": replayed_span.total_seconds() / 3600,
+                    "replayed_span_over_rebuild": round(replayed_span.total_seconds() / rebuild_s, 1),
+                    "state_rows": {"left": state["left"]["rows"], "right": state["right"]["rows"]},
+                }
+            )
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     finally:
         if spark is not None:
             spark.stop()
         broker.stop()
-    print(json.dumps({"command": command, "cutover": cutover.isoformat(), "spark_start_s": round(spark_start, 1),
-                      "max_offsets_per_trigger": args.max_offsets, "runs": results}, indent=2))
+    print(
+        json.dumps(
+            {
+                "command": command,
+                "cutover": cutover.isoformat(),
+                "spark_start_s": round(spark_start, 1),
+                "max_offsets_per_trigger": args.max_offsets,
+                "runs": results,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

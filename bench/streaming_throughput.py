@@ -40,16 +40,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from jobs.storage import delta_io
     from jobs.join.conditions import join_events
-    from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.storage.kafka import create_topic
-    from jobs.steps.landing import land_day
     from jobs.join.records import good_events, parse_records
-    from jobs.storage.spark import get_spark
+    from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.spec import load_spec
-    from jobs.storage.kafka import read_stream
+    from jobs.steps.landing import land_day
     from jobs.steps.stream import start_streaming_join
+    from jobs.storage import delta_io
+    from jobs.storage.kafka import create_topic, read_stream
+    from jobs.storage.spark import get_spark
     from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
@@ -57,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
-    s = dataclasses.replace(settings(), storage_root=str(root / "storage"), kafka_home=str(root / "kafka"),
-                            log_dir=str(root / "logs"))
+    s = dataclasses.replace(
+        settings(), storage_root=str(root / "storage"), kafka_home=str(root / "kafka"), log_dir=str(root / "logs")
+    )
     base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
-    spec = base.model_copy(update={"streaming": base.streaming.model_copy(
-        update={"max_offsets_per_trigger": args.batch_records})})
+    spec = base.model_copy(
+        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.batch_records})}
+    )
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     try:
@@ -81,14 +82,26 @@ def main(argv: list[str] | None = None) -> int:
         def passthrough(run: int) -> float:
             """Parse both topics and append to Delta, batched like the join."""
             out = str(root / "storage" / f"passthrough_{run}")
-            streams = [good_events(parse_records(read_stream(spark, bootstrap, spec.side(side).topic,
-                                                                   args.batch_records), spec.side(side), spec),
-                                   spec.side(side)).select(F.col(spec.side(side).id).alias("id"), "ds")
-                       for side in ("left", "right")]
+            streams = [
+                good_events(
+                    parse_records(
+                        read_stream(spark, bootstrap, spec.side(side).topic, args.batch_records), spec.side(side), spec
+                    ),
+                    spec.side(side),
+                ).select(F.col(spec.side(side).id).alias("id"), "ds")
+                for side in ("left", "right")
+            ]
             t0 = time.monotonic()
-            q = (streams[0].unionByName(streams[1]).writeStream.format("delta").outputMode("append")
-                 .option("checkpointLocation", out + "_checkpoint").partitionBy("ds")
-                 .trigger(availableNow=True).start(out))
+            q = (
+                streams[0]
+                .unionByName(streams[1])
+                .writeStream.format("delta")
+                .outputMode("append")
+                .option("checkpointLocation", out + "_checkpoint")
+                .partitionBy("ds")
+                .trigger(availableNow=True)
+                .start(out)
+            )
             q.awaitTermination()
             return time.monotonic() - t0
 
@@ -96,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             """The product's streaming join, same backlog, own storage root per run."""
             rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"join_{run}"))
             t0 = time.monotonic()
-            (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=rs, available_now=True,
-                                        quarantine=False)
+            (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False)
             q.awaitTermination()
             return time.monotonic() - t0, len(q.recentProgress)
 
@@ -106,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.repeat + 1):
             pt = passthrough(run)
             js, join_batches = stream_join(run)
-            print(f"round {run}{' (warm-up)' if run == 0 else ''}: pass-through {pt:.1f}s, "
-                  f"stream join {js:.1f}s", file=sys.stderr)
+            print(
+                f"round {run}{' (warm-up)' if run == 0 else ''}: pass-through {pt:.1f}s, stream join {js:.1f}s",
+                file=sys.stderr,
+            )
             rounds.append((pt, js))
         timed = rounds[1:]
         passthrough_s = statistics.median(pt for pt, _ in timed)

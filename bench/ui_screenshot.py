@@ -29,14 +29,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.ui_screenshot", description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="PNG to write (the page inside the Airflow UI)")
-    p.add_argument("--storage-root", type=Path, default=None,
-                   help="read <storage-root>/reports instead of writing example reports")
+    p.add_argument(
+        "--storage-root", type=Path, default=None, help="read <storage-root>/reports instead of writing example reports"
+    )
     p.add_argument("--width", type=int, default=1440)
     p.add_argument("--height", type=int, default=1000)
     p.add_argument("--keep", action="store_true", help="keep the temporary AIRFLOW_HOME and logs")
     a = p.parse_args(argv)
-    written = screenshot_plugin_page(a.out.resolve(), a.storage_root, width=a.width, height=a.height,
-                                     keep=a.keep, log=lambda m: print(m, flush=True))
+    written = screenshot_plugin_page(
+        a.out.resolve(), a.storage_root, width=a.width, height=a.height, keep=a.keep, log=lambda m: print(m, flush=True)
+    )
     for f in written:
         print(f)
     return 0

@@ -91,18 +91,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grid", default=DEFAULT_GRID, help=f"candidate windows (default {DEFAULT_GRID!r}: K=50)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each first (default 2)")
     p.add_argument("--repeat", type=int, default=5, help="timed runs of each, after the warm-up (median; default 5)")
-    p.add_argument("--action", choices=("count", "noop"), default="count",
-                   help="how the single join is materialised: .count() or a full write to the noop sink")
+    p.add_argument(
+        "--action",
+        choices=("count", "noop"),
+        default="count",
+        help="how the single join is materialised: .count() or a full write to the noop sink",
+    )
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
     args = p.parse_args(argv)
     command = shlex.join(["python", "-m", "bench.window_sweep", *(sys.argv[1:] if argv is None else argv)])
 
     from pyspark.sql import functions as F
 
-    from jobs.join.conditions import join_events
-    from jobs.storage.spark import get_spark
-    from jobs.spec import load_spec
     from jobs.accuracy.sweep import format_candidate, parse_grid, sweep
+    from jobs.join.conditions import join_events
+    from jobs.spec import load_spec
+    from jobs.storage.spark import get_spark
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
 
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     ds = wl.params.start_date
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_window_sweep_"))
-    os.environ["JOINSHIFT_SPARK_UI"] = "true"      # for the per-stage CPU times (this process only)
+    os.environ["JOINSHIFT_SPARK_UI"] = "true"  # for the per-stage CPU times (this process only)
     spark = get_spark("joinshift-bench-window-sweep", extra_conf={"spark.ui.port": "0"})
     cpu = StageCpu(spark)
     try:
@@ -123,13 +127,20 @@ def main(argv: list[str] | None = None) -> int:
             stream = spec.side(side)
             pdf = landed_frame(getattr(wl, side), stream)
             path = str(scratch / side)
-            (spark.createDataFrame(pdf, spark_schema(stream)).write.format("delta")
-             .partitionBy("ds").mode("overwrite").save(path))
+            (
+                spark.createDataFrame(pdf, spark_schema(stream))
+                .write.format("delta")
+                .partitionBy("ds")
+                .mode("overwrite")
+                .save(path)
+            )
             sides[side] = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds))
         left, right = sides["left"], sides["right"]
         n_left, n_right = left.count(), right.count()
-        print(f"ds={ds}: {n_left} left, {n_right} right landed events; spec window {spec.window.label()}; "
-              f"K={len(grid)} candidates, widest {format_candidate(min(a for a, _ in grid), max(b for _, b in grid))}")
+        print(
+            f"ds={ds}: {n_left} left, {n_right} right landed events; spec window {spec.window.label()}; "
+            f"K={len(grid)} candidates, widest {format_candidate(min(a for a, _ in grid), max(b for _, b in grid))}"
+        )
 
         def one_join() -> int:
             out = join_events(left, right, spec, windowed=True)
@@ -141,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         def the_sweep():
             return sweep(left, right, spec, grid, right_days="same")
 
-        for _ in range(args.warmup):             # JIT and code generation settle over the first runs
+        for _ in range(args.warmup):  # JIT and code generation settle over the first runs
             rows = one_join()
             result = the_sweep()
         runs = {"join": [], "sweep": []}
@@ -153,16 +164,23 @@ def main(argv: list[str] | None = None) -> int:
         mine = result[(result.lower_s == spec.window.lower_seconds) & (result.upper_s == spec.window.upper_seconds)]
         if len(mine):
             r = mine.iloc[0]
-            print(f"sweep at the spec window {spec.window.label()}: match rate {r.match_rate:.4f} "
-                  f"({r.matched_left}/{r.left_events}), {r.pairs} pairs"
-                  + (f"; the join's output has {rows} rows" if rows >= 0 else ""))
+            print(
+                f"sweep at the spec window {spec.window.label()}: match rate {r.match_rate:.4f} "
+                f"({r.matched_left}/{r.left_events}), {r.pairs} pairs"
+                + (f"; the join's output has {rows} rows" if rows >= 0 else "")
+            )
             if rows >= 0 and spec.join.type.value == "left_outer" and spec.join.cardinality.value == "1-to-n":
                 ok = rows == r.pairs + (r.left_events - r.matched_left)
                 print(f"check: join rows == sweep pairs + unmatched left events: {'yes' if ok else 'NO'}")
-        for k, label in (("join", f"one batch_1d_windowed join (+{args.action})"), ("sweep", f"sweep of K={len(grid)} windows")):
+        for k, label in (
+            ("join", f"one batch_1d_windowed join (+{args.action})"),
+            ("sweep", f"sweep of K={len(grid)} windows"),
+        ):
             w, c = med[k]
-            print(f"{label:40s} wall median {w:6.2f}s {[round(x, 2) for x, _ in runs[k]]}   "
-                  f"task CPU median {c:6.2f}s {[round(x, 2) for _, x in runs[k]]}")
+            print(
+                f"{label:40s} wall median {w:6.2f}s {[round(x, 2) for x, _ in runs[k]]}   "
+                f"task CPU median {c:6.2f}s {[round(x, 2) for _, x in runs[k]]}"
+            )
         (jw, jc), (sw, sc) = med["join"], med["sweep"]
         print(f"ratio sweep / one join: wall {sw / jw:.2f}x, task CPU {sc / jc:.2f}x (goal <= 1.5x)")
         print(f"command: {command}")

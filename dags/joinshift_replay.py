@@ -29,8 +29,11 @@ from airflow.sdk import Param, dag, task
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     params={
         "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
-        "cutover": Param(type="string", format="date-time",
-                         description="ISO-8601 instant from which the new run owns the output, e.g. 2026-11-20T06:00:00Z"),
+        "cutover": Param(
+            type="string",
+            format="date-time",
+            description="ISO-8601 instant from which the new run owns the output, e.g. 2026-11-20T06:00:00Z",
+        ),
     },
     doc_md=__doc__,
 )

@@ -23,8 +23,9 @@ log = logging.getLogger("joinshift.alerts")
 
 def alert_on_failure(context) -> None:
     ti = context.get("task_instance")
-    log.error("ALERT joinshift stream supervision failed: %s (%s)", getattr(ti, "task_id", "?"),
-              context.get("exception"))
+    log.error(
+        "ALERT joinshift stream supervision failed: %s (%s)", getattr(ti, "task_id", "?"), context.get("exception")
+    )
 
 
 @dag(
@@ -35,8 +36,10 @@ def alert_on_failure(context) -> None:
     max_active_runs=1,
     tags=["joinshift", "stream", "supervision"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": alert_on_failure},
-    params={"spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
-            "watch_minutes": Param(9, type="number", minimum=0, description="how long this run watches")},
+    params={
+        "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
+        "watch_minutes": Param(9, type="number", minimum=0, description="how long this run watches"),
+    },
     doc_md=__doc__,
 )
 def joinshift_supervise():

@@ -68,8 +68,11 @@ def batch(spec: str, ds: str, variant: str) -> dict:
 
     join_spec, spark = _spec(spec), _spark()
     target = _ds(ds) if variant != "batch_1d_2d" else batch_1d_2d_target(join_spec, _ds(ds))
-    left = spark.read.format("delta").load(Tables.of(join_spec).landed("left")) \
-        if delta_io.table_exists(spark, Tables.of(join_spec).landed("left")) else None
+    left = (
+        spark.read.format("delta").load(Tables.of(join_spec).landed("left"))
+        if delta_io.table_exists(spark, Tables.of(join_spec).landed("left"))
+        else None
+    )
     if left is None or left.where(f"ds = '{target}'").limit(1).count() == 0:
         log.info("%s: no left events landed for ds=%s, nothing to join", variant, target)
         return {"variant": variant, "ds": str(target), "rows": 0, "skipped": "no left partition"}
@@ -126,8 +129,12 @@ def pending_compare_days(spec: str) -> list[str]:
     tables = Tables.of(join_spec)
     done: set[date] = set()
     if delta_io.table_exists(spark, tables.match_metrics):
-        rows = (delta_io.read_table(spark, tables.match_metrics).groupBy("ds")
-                .agg(F.countDistinct("variant").alias("n")).collect())
+        rows = (
+            delta_io.read_table(spark, tables.match_metrics)
+            .groupBy("ds")
+            .agg(F.countDistinct("variant").alias("n"))
+            .collect()
+        )
         done = {r.ds for r in rows if r.n >= len(VARIANTS)}
     return [str(d) for d in landed_days(spark, tables, "left") if d not in done]
 
@@ -166,11 +173,17 @@ def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     wl = generate(load_workload(spec_path(workload or DEFAULT_WORKLOAD)), join_spec)
 
     def progress(done: int, total: int, end_ms: int) -> None:
-        log.info("simulated real time: slice %d/%d (arrivals up to %s)", done, total, _utc(end_ms),
-                 extra={SLICE_PROGRESS: (done, total, end_ms)})
+        log.info(
+            "simulated real time: slice %d/%d (arrivals up to %s)",
+            done,
+            total,
+            _utc(end_ms),
+            extra={SLICE_PROGRESS: (done, total, end_ms)},
+        )
 
-    result = simulate_live(_spark(), join_spec, wl.records, bootstrap=bootstrap_servers(),
-                           slice_minutes=slice_minutes, on_slice=progress)
+    result = simulate_live(
+        _spark(), join_spec, wl.records, bootstrap=bootstrap_servers(), slice_minutes=slice_minutes, on_slice=progress
+    )
     return asdict(result)
 
 
@@ -204,8 +217,13 @@ def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
     done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
     if report.gave_up or (report.last or {}).get("state") == "backlogged":  # this poke's state
         raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
-    return done, {"checks": report.checks, "restarts": len(report.restarts), "states": report.states,
-                  "last": report.last, "pid": report.pid}
+    return done, {
+        "checks": report.checks,
+        "restarts": len(report.restarts),
+        "states": report.states,
+        "last": report.last,
+        "pid": report.pid,
+    }
 
 
 def load_health(spec: str) -> dict:
@@ -214,8 +232,10 @@ def load_health(spec: str) -> dict:
     from jobs.operate.health import load_health_table, load_progress_table
 
     join_spec, spark = _spec(spec), _spark()
-    return {"health_samples": load_health_table(spark, join_spec),
-            "micro_batches": load_progress_table(spark, join_spec)}
+    return {
+        "health_samples": load_health_table(spark, join_spec),
+        "micro_batches": load_progress_table(spark, join_spec),
+    }
 
 
 def _cutover(cutover: str):

@@ -20,7 +20,6 @@ from jobs import commands
 from jobs.settings import settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
-
 log = logging.getLogger("joinshift")
 
 
@@ -43,15 +42,16 @@ def _positive_int(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     try:
-        from rich_argparse import RawDescriptionRichHelpFormatter as fmt
+        from rich_argparse import RawDescriptionRichHelpFormatter as fmt  # noqa: N813
     except ImportError:  # pragma: no cover
         fmt = argparse.RawDescriptionHelpFormatter  # type: ignore[assignment,misc]
     p = argparse.ArgumentParser(
-        prog="joinshift", formatter_class=fmt,
+        prog="joinshift",
+        formatter_class=fmt,
         description="Move a daily batch join onto a streaming join, with numbers: run both side by "
-                    "side on Kafka, Spark and Delta, compare match rates and window-boundary deltas.",
+        "side on Kafka, Spark and Delta, compare match rates and window-boundary deltas.",
         epilog="Quick start: `joinshift demo` (starts a local Kafka broker, generates two days of "
-               "search sessions, runs batch and streaming joins through Airflow, prints the comparison).",
+        "search sessions, runs batch and streaming joins through Airflow, prints the comparison).",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="logs (and Spark/Airflow warnings) on the console")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -72,20 +72,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = cmd("kafka", commands.cmd_kafka, "start, stop or inspect the embedded Kafka broker (KRaft, loopback)")
     k.add_argument("action", choices=("start", "stop", "status"))
-    k.add_argument("--timeout", type=float, help="seconds to wait until it answers (start, default 60) or "
-                                                 "before SIGKILL (stop, default 30)")
+    k.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait until it answers (start, default 60) or before SIGKILL (stop, default 30)",
+    )
 
-    a = cmd("airflow", commands.cmd_airflow, "run the `airflow` CLI against this project's local Airflow "
-                                    "(e.g. `joinshift airflow standalone`)")
+    a = cmd(
+        "airflow",
+        commands.cmd_airflow,
+        "run the `airflow` CLI against this project's local Airflow (e.g. `joinshift airflow standalone`)",
+    )
     a.add_argument("airflow_args", nargs=argparse.REMAINDER, help="arguments for airflow")
 
-    d = with_spec(cmd("demo", commands.cmd_demo, "the main job: two generated days through batch and streaming "
-                                        "joins side by side, then the comparison"))
+    d = with_spec(
+        cmd(
+            "demo",
+            commands.cmd_demo,
+            "the main job: two generated days through batch and streaming joins side by side, then the comparison",
+        )
+    )
     d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})")
-    d.add_argument("--slice-minutes", type=_positive_int, default=60,
-                   help="simulated minutes of arrivals per streaming micro-batch (default: 60)")
-    d.add_argument("--keep", action="store_true",
-                   help="keep the previous demo's topics and tables instead of starting clean")
+    d.add_argument(
+        "--slice-minutes",
+        type=_positive_int,
+        default=60,
+        help="simulated minutes of arrivals per streaming micro-batch (default: 60)",
+    )
+    d.add_argument(
+        "--keep", action="store_true", help="keep the previous demo's topics and tables instead of starting clean"
+    )
 
     g = with_spec(cmd("generate", commands.cmd_generate, "generate a workload and publish it to Kafka at once"))
     g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML")
@@ -100,37 +116,76 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
     with_ds(with_spec(cmd("compare", commands.cmd_compare, "match rates and boundary deltas per ds")))
 
-    sw = with_ds(with_spec(cmd("sweep", commands.cmd_sweep, "match rate of every candidate window in one pass over the "
-                                                   "landed days")))
-    sw.add_argument("--grid", default="lower=-6h..0/30m,upper=0..6h/30m",
-                    help='candidate windows, e.g. "lower=-6h..0h/30m,upper=0..6h/30m" (default)')
-    sw.add_argument("--right-days", choices=("same", "neighbours"), default="same",
-                    help="same: right ds = left ds (batch_1d_windowed); neighbours: also ds-1/ds+1")
-    r = with_ds(with_spec(cmd("recommend", commands.cmd_recommend,
-                              "recommend a window and watermark delays from the landed days (one-pass sweep)")))
-    r.add_argument("--target-share", type=float, default=0.995,
-                   help="reach this share of the baseline's match rate (default 0.995)")
-    r.add_argument("--target-drop-rate", type=float, default=0.001,
-                   help="watermark delays drop at most this share of each stream (default 0.001)")
+    sw = with_ds(
+        with_spec(
+            cmd("sweep", commands.cmd_sweep, "match rate of every candidate window in one pass over the landed days")
+        )
+    )
+    sw.add_argument(
+        "--grid",
+        default="lower=-6h..0/30m,upper=0..6h/30m",
+        help='candidate windows, e.g. "lower=-6h..0h/30m,upper=0..6h/30m" (default)',
+    )
+    sw.add_argument(
+        "--right-days",
+        choices=("same", "neighbours"),
+        default="same",
+        help="same: right ds = left ds (batch_1d_windowed); neighbours: also ds-1/ds+1",
+    )
+    r = with_ds(
+        with_spec(
+            cmd(
+                "recommend",
+                commands.cmd_recommend,
+                "recommend a window and watermark delays from the landed days (one-pass sweep)",
+            )
+        )
+    )
+    r.add_argument(
+        "--target-share",
+        type=float,
+        default=0.995,
+        help="reach this share of the baseline's match rate (default 0.995)",
+    )
+    r.add_argument(
+        "--target-drop-rate",
+        type=float,
+        default=0.001,
+        help="watermark delays drop at most this share of each stream (default 0.001)",
+    )
     r.add_argument("--json", action="store_true", help="print the recommendation as JSON")
-    at = with_ds(with_spec(cmd("attribute", commands.cmd_attribute,
-                               "why the stream missed what the batch matched, per cause and hour")))
+    at = with_ds(
+        with_spec(
+            cmd("attribute", commands.cmd_attribute, "why the stream missed what the batch matched, per cause and hour")
+        )
+    )
     at.add_argument("--baseline", choices=commands.BATCH_CHOICES, help="default: the spec's accuracy.baseline")
     qa = with_spec(cmd("quality", commands.cmd_quality, "data-quality suites from the spec, and the gates for a ds"))
-    qa.add_argument("action", choices=("write-suites", "check-suites", "run"),
-                    help="write-suites: the spec's suites as files; check-suites: exit 1 if the files differ "
-                         "from the spec's; run: the gates for --ds, recorded, exit 1 if one failed")
+    qa.add_argument(
+        "action",
+        choices=("write-suites", "check-suites", "run"),
+        help="write-suites: the spec's suites as files; check-suites: exit 1 if the files differ "
+        "from the spec's; run: the gates for --ds, recorded, exit 1 if one failed",
+    )
     qa.add_argument("--ds", type=_date, help="the ds the gates check (for `run`), YYYY-MM-DD")
     qa.add_argument("--dir", help="GX file context (default: expectations/)")
-    qa.add_argument("--kind", action="append", help="only this gate (repeatable): raw_left, raw_right, "
-                                                   "join_output, accuracy")
-    rep = with_ds(with_spec(cmd("report", commands.cmd_report, "build the daily accuracy report (HTML + plots + JSON)")),
-                  required=False)
+    qa.add_argument(
+        "--kind", action="append", help="only this gate (repeatable): raw_left, raw_right, join_output, accuracy"
+    )
+    rep = with_ds(
+        with_spec(cmd("report", commands.cmd_report, "build the daily accuracy report (HTML + plots + JSON)")),
+        required=False,
+    )
     rep.add_argument("--example", action="store_true", help="render the report on example numbers (no Spark)")
-    rep.add_argument("--out", default="var/example-reports", help="where --example writes (default var/example-reports)")
+    rep.add_argument(
+        "--out", default="var/example-reports", help="where --example writes (default var/example-reports)"
+    )
 
-    pl = cmd("plan", commands.cmd_plan, "compare a deployed spec with a new one: reuse the checkpoint (exit 0), "
-                               "or replay (exit 3)?")
+    pl = cmd(
+        "plan",
+        commands.cmd_plan,
+        "compare a deployed spec with a new one: reuse the checkpoint (exit 0), or replay (exit 3)?",
+    )
     pl.add_argument("--deployed", required=True, help="the spec the running job uses")
     pl.add_argument("--proposed", required=True, help="the spec you want to deploy")
     pl.add_argument("--json", action="store_true")
@@ -142,17 +197,29 @@ def build_parser() -> argparse.ArgumentParser:
     rp = with_spec(cmd("replay", commands.cmd_replay, "rebuild the window by replaying Kafka into a fresh checkpoint"))
     rp.add_argument("--cutover", required=True, help="ISO-8601 instant from which the new run owns the output")
     rp.add_argument("--dry-run", action="store_true", help="check Kafka retention and print the plan only")
-    sv = with_spec(cmd("supervise", commands.cmd_supervise, "run the continuous join as its own process; restart it on "
-                                                   "exit or stall"))
+    sv = with_spec(
+        cmd(
+            "supervise",
+            commands.cmd_supervise,
+            "run the continuous join as its own process; restart it on exit or stall",
+        )
+    )
     sv.add_argument("--checks", type=_positive_int, default=54, help="health checks before returning (default 54)")
     sv.add_argument("--interval", type=float, default=10, help="seconds between checks (default 10)")
-    sv.add_argument("--stall-after", type=float, default=120, help="seconds without a micro-batch while records "
-                                                                   "wait before a restart (default 120)")
+    sv.add_argument(
+        "--stall-after",
+        type=float,
+        default=120,
+        help="seconds without a micro-batch while records wait before a restart (default 120)",
+    )
     sv.add_argument("--trigger-interval", help="the stream's micro-batch interval, e.g. 30s (default: spec)")
     sv.add_argument("--stop", action="store_true", help="stop the supervised process and exit")
     rb = with_spec(cmd("runbook", commands.cmd_runbook, "print a runbook filled with this pipeline's values"))
-    rb.add_argument("name", help="restart_after_crash, change_the_window, recover_broken_checkpoint, "
-                                 "replay_after_outage, cut_over_and_roll_back")
+    rb.add_argument(
+        "name",
+        help="restart_after_crash, change_the_window, recover_broken_checkpoint, "
+        "replay_after_outage, cut_over_and_roll_back",
+    )
     rb.add_argument("--commands", action="store_true", help="print only the commands to run, in order")
     return p
 

@@ -64,6 +64,7 @@ def _print_json(value: Any) -> None:
 
 # ------------------------------------------------------------------------------- commands
 
+
 def cmd_kafka(args: argparse.Namespace) -> int:
     from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
 
@@ -92,8 +93,13 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from jobs.local.demo import run_demo
 
-    return run_demo(spec_file=args.spec, workload_file=args.workload, slice_minutes=args.slice_minutes,
-                    keep=args.keep, verbose=args.verbose)
+    return run_demo(
+        spec_file=args.spec,
+        workload_file=args.workload,
+        slice_minutes=args.slice_minutes,
+        keep=args.keep,
+        verbose=args.verbose,
+    )
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -121,8 +127,11 @@ def cmd_land(args: argparse.Namespace) -> int:
 
     spec, spark = _load_spec(args.spec), _spark("land")
     for ds in _ds_range(args):
-        print(json.dumps({side: asdict(land_ds(spark, spec, side, ds)) for side in args.side or ("left", "right")},
-                         default=str))
+        print(
+            json.dumps(
+                {side: asdict(land_ds(spark, spec, side, ds)) for side in args.side or ("left", "right")}, default=str
+            )
+        )
     return 0
 
 
@@ -177,20 +186,27 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     spec, spark = _load_spec(args.spec), _spark("recommend")
     console = _console()
     with console.status("sweeping candidate windows over the landed days"):
-        rec = recommend(spark, spec, _ds_range(args), target_share=args.target_share,
-                        target_drop_rate=args.target_drop_rate)
+        rec = recommend(
+            spark, spec, _ds_range(args), target_share=args.target_share, target_drop_rate=args.target_drop_rate
+        )
         path = save(spark, spec, rec)
     if args.json:
         print(path.read_text())
         return 0
     c, d = rec.chosen, rec.deployed
-    console.print(f"[bold]recommended window {c.label()}[/bold], watermarks left {rec.left_watermark_s}s, "
-                  f"right {rec.right_watermark_s}s (deployed {d.label()}, left {spec.left.watermark_seconds}s, "
-                  f"right {spec.right.watermark_seconds}s)")
-    console.print(f"  predicted match rate {100 * c.predicted_match_rate:.2f}% vs {rec.baseline} "
-                  f"{100 * rec.baseline_match_rate:.2f}% (deployed window predicted {100 * d.predicted_match_rate:.2f}%)")
-    console.print(f"  state memory {c.predicted_memory_bytes / 1e6:.1f} MB, left-outer latency "
-                  f"{c.output_latency_s / 60:.0f} min" + (f", recovery by replay {c.recovery_s:.0f}s" if c.recovery_s else ""))
+    console.print(
+        f"[bold]recommended window {c.label()}[/bold], watermarks left {rec.left_watermark_s}s, "
+        f"right {rec.right_watermark_s}s (deployed {d.label()}, left {spec.left.watermark_seconds}s, "
+        f"right {spec.right.watermark_seconds}s)"
+    )
+    console.print(
+        f"  predicted match rate {100 * c.predicted_match_rate:.2f}% vs {rec.baseline} "
+        f"{100 * rec.baseline_match_rate:.2f}% (deployed window predicted {100 * d.predicted_match_rate:.2f}%)"
+    )
+    console.print(
+        f"  state memory {c.predicted_memory_bytes / 1e6:.1f} MB, left-outer latency "
+        f"{c.output_latency_s / 60:.0f} min" + (f", recovery by replay {c.recovery_s:.0f}s" if c.recovery_s else "")
+    )
     for r in rec.reasons:
         console.print(f"  - {r}")
     console.print(f"written to {path}")
@@ -219,8 +235,10 @@ def cmd_quality(args: argparse.Namespace) -> int:
     if args.action == "check-suites":
         drift = suites_out_of_sync(spec, where)
         if drift:
-            raise UserError(f"out of sync with {args.spec}: {', '.join(drift)}; run "
-                            f"`joinshift quality write-suites --spec {args.spec}`")
+            raise UserError(
+                f"out of sync with {args.spec}: {', '.join(drift)}; run "
+                f"`joinshift quality write-suites --spec {args.spec}`"
+            )
         print("suites in sync")
         return 0
     if args.ds is None:
@@ -334,8 +352,14 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         if proc.find():
             proc.stop()
         return 0
-    report = supervise(spec, spec_path=path, checks=args.checks, interval_s=args.interval,
-                       stall_after_s=args.stall_after, trigger_interval=args.trigger_interval)
+    report = supervise(
+        spec,
+        spec_path=path,
+        checks=args.checks,
+        interval_s=args.interval,
+        stall_after_s=args.stall_after,
+        trigger_interval=args.trigger_interval,
+    )
     _print_json(report.as_dict())
     return 1 if report.gave_up else 0
 

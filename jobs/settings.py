@@ -72,9 +72,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         data = yaml.safe_load(cfg.read_text()) or {}
         unknown = set(data) - set(_FIELDS)
         if unknown:
-            raise ValueError(
-                f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}"
-            )
+            raise ValueError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
         values.update(data)
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
@@ -91,5 +89,8 @@ def settings() -> Settings:
 
 def settings_env(s: Settings) -> dict[str, str]:
     """``JOINSHIFT_*`` variables that make a child process resolve the same settings as ``s``."""
-    return {f"JOINSHIFT_{f.name.upper()}": v for f in dataclasses.fields(Settings)
-            if isinstance(v := getattr(s, f.name), str)}
+    return {
+        f"JOINSHIFT_{f.name.upper()}": v
+        for f in dataclasses.fields(Settings)
+        if isinstance(v := getattr(s, f.name), str)
+    }

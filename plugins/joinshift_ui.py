@@ -41,11 +41,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
-from airflow.plugins_manager import AirflowPlugin
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +55,18 @@ TREND_DAYS = 14
 #: Daily reports listed per pipeline (the rest through the pipeline's ``index.html``).
 RECENT_REPORTS = 7
 #: File types served from the reports root (what ``jobs.report`` writes).
-SERVED_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json",
-                ".png": "image/png", ".svg": "image/svg+xml"}
+SERVED_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
 EMPTY_STATE = "No accuracy reports yet — run joinshift demo or the joinshift_report DAG."
 #: Served pages are self-contained (inline CSS, data: images, no scripts); framed only by Airflow.
-_CSP = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
-        "frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+_CSP = (
+    "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
+    "frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
+)
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -72,8 +77,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _bearer = HTTPBearer(auto_error=False)
 
 
-async def require_user(request: Request,
-                       bearer: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Any:
+async def require_user(request: Request, bearer: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Any:
     """The logged-in Airflow user allowed to read DAG runs; else 401/403.
 
     Imported lazily: ``core_api.security`` pulls in the ORM models, which only the api-server
@@ -84,8 +88,7 @@ async def require_user(request: Request,
     from airflow.api_fastapi.core_api.security import get_user
 
     user = await get_user(request=request, _oauth_token=None, bearer_credentials=bearer)
-    if not get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
-                                                user=user):
+    if not get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user):
         raise HTTPException(status_code=403, detail="Forbidden: reading DAG runs is required")
     return user
 
@@ -105,10 +108,12 @@ async def _auth_error(request: Request, exc: HTTPException) -> Response:
         except Exception:  # no auth manager (e.g. the app outside the api-server): plain 401
             log.debug("no login redirect", exc_info=True)
     if exc.status_code == 404 and _wants_html(request):
-        return HTMLResponse(_message_page(request, "Not found", str(exc.detail)), status_code=404,
-                            headers={"Content-Security-Policy": _CSP})
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
-                        headers=getattr(exc, "headers", None))
+        return HTMLResponse(
+            _message_page(request, "Not found", str(exc.detail)),
+            status_code=404,
+            headers={"Content-Security-Policy": _CSP},
+        )
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,8 +148,13 @@ def safe_file(root: Path, rel: str, allowed: dict[str, str] | set[str]) -> Path:
     and absolute paths before touching the disk, and anything whose resolved path (symlinks
     followed) leaves ``root``."""
     parts = rel.split("/")
-    if (not rel or rel.startswith("/") or "\\" in rel or "\x00" in rel
-            or any(p in ("", ".", "..") or p.startswith(".") for p in parts)):
+    if (
+        not rel
+        or rel.startswith("/")
+        or "\\" in rel
+        or "\x00" in rel
+        or any(p in ("", ".", "..") or p.startswith(".") for p in parts)
+    ):
         raise HTTPException(status_code=404, detail="No such file")
     try:
         base = root.resolve(strict=True)
@@ -199,19 +209,34 @@ def trend_chart(days: list[str], series: list[dict], width: int = 460, height: i
     for k in range(4):  # horizontal grid with percent labels
         v = lo + (hi - lo) * k / 3
         grid.append({"y": _svg_number(y(v)), "label_y": _svg_number(y(v) + 4), "label": f"{100 * v:.1f}%"})
-    ticks = [{"x": _svg_number(x(i)), "anchor": anchor, "text": days[i]}
-             for i, anchor in ((0, "start"), (len(days) - 1, "end"))]
+    ticks = [
+        {"x": _svg_number(x(i)), "anchor": anchor, "text": days[i]}
+        for i, anchor in ((0, "start"), (len(days) - 1, "end"))
+    ]
     lines = []
     for s in series:
         pts = [(x(i), y(v)) for i, v in enumerate(s["values"]) if v is not None]
         if not pts:
             continue
-        d = " ".join(f"{'M' if k == 0 else 'L'}{_svg_number(px)},{_svg_number(py)}"
-                     for k, (px, py) in enumerate(pts))
-        lines.append({"d": d, "color": s["color"], "width": "2.4" if s["variant"] == "stream" else "1.6",
-                      "cx": _svg_number(pts[-1][0]), "cy": _svg_number(pts[-1][1])})
-    return {"width": width, "height": height, "left": left, "right": width - right,
-            "grid": grid, "ticks": ticks, "lines": lines}
+        d = " ".join(f"{'M' if k == 0 else 'L'}{_svg_number(px)},{_svg_number(py)}" for k, (px, py) in enumerate(pts))
+        lines.append(
+            {
+                "d": d,
+                "color": s["color"],
+                "width": "2.4" if s["variant"] == "stream" else "1.6",
+                "cx": _svg_number(pts[-1][0]),
+                "cy": _svg_number(pts[-1][1]),
+            }
+        )
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": width - right,
+        "grid": grid,
+        "ticks": ticks,
+        "lines": lines,
+    }
 
 
 def _q(*parts: str) -> str:
@@ -245,16 +270,23 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
         latest = values[-1]
         prev = next((x for x in reversed(values[:-1]) if x is not None), None)
         color = report_mod.VARIANT_COLORS.get(v, "#64748b")
-        rows.append({
-            "variant": v, "label": report_mod.VARIANT_LABELS.get(v, v), "color": color,
-            "values": values, "latest": report_mod.fmt_pct(latest),
-            "change": report_mod.fmt_pp(100 * (latest - prev)) if latest is not None and prev is not None else "—",
-            "change_sign": 0 if latest is None or prev is None else (1 if latest > prev else -1 if latest < prev else 0),
-            "avg": report_mod.fmt_pct(sum(known_vals) / len(known_vals)) if known_vals else "—",
-            "is_baseline": v == baseline, "is_stream": v == "stream",
-        })
-    return {"days": days, "first": days[0], "last": days[-1], "rows": rows,
-            "chart": trend_chart(days, rows)}
+        rows.append(
+            {
+                "variant": v,
+                "label": report_mod.VARIANT_LABELS.get(v, v),
+                "color": color,
+                "values": values,
+                "latest": report_mod.fmt_pct(latest),
+                "change": report_mod.fmt_pp(100 * (latest - prev)) if latest is not None and prev is not None else "—",
+                "change_sign": 0
+                if latest is None or prev is None
+                else (1 if latest > prev else -1 if latest < prev else 0),
+                "avg": report_mod.fmt_pct(sum(known_vals) / len(known_vals)) if known_vals else "—",
+                "is_baseline": v == baseline,
+                "is_stream": v == "stream",
+            }
+        )
+    return {"days": days, "first": days[0], "last": days[-1], "rows": rows, "chart": trend_chart(days, rows)}
 
 
 def _recommendation(data: dict, report_mod: Any) -> dict | None:
@@ -271,15 +303,22 @@ def _recommendation(data: dict, report_mod: Any) -> dict | None:
     verb = sentence.split(" ", 1)[0] if sentence else None
     pred = _num(rec.get("predicted_match_rate"))
     return {
-        "deployed": old or "—", "recommended": new or "—",
+        "deployed": old or "—",
+        "recommended": new or "—",
         "change": (verb or "").lower() if verb in ("Narrow", "Widen", "Shift", "Keep") else None,
         "sentence": sentence,
         "rows": [
             ("Match rate", report_mod.fmt_pct(deployed.get("match_rate")), report_mod.fmt_pct(pred)),
-            ("Memory", report_mod.fmt_bytes(deployed.get("memory_bytes")),
-             report_mod.fmt_bytes(rec.get("predicted_memory_bytes"))),
-            ("Output latency", report_mod.fmt_duration(deployed.get("output_latency_s")),
-             report_mod.fmt_duration(rec.get("output_latency_s"))),
+            (
+                "Memory",
+                report_mod.fmt_bytes(deployed.get("memory_bytes")),
+                report_mod.fmt_bytes(rec.get("predicted_memory_bytes")),
+            ),
+            (
+                "Output latency",
+                report_mod.fmt_duration(deployed.get("output_latency_s")),
+                report_mod.fmt_duration(rec.get("output_latency_s")),
+            ),
         ],
         "reasons": [str(r) for r in _list(rec.get("reasons")) if r][:3],
     }
@@ -296,9 +335,14 @@ def _gates(data: dict) -> list[dict]:
             detail.append(f"{int(g['evaluated'])} checks")
         if _num(g.get("failed")):
             detail.append(f"{int(g['failed'])} failed")
-        out.append({"suite": str(g.get("suite") or "gate"), "ok": ok,
-                    "unknown": g.get("success") is None,
-                    "title": " · ".join([str(g.get("summary") or ""), *detail]).strip(" ·")})
+        out.append(
+            {
+                "suite": str(g.get("suite") or "gate"),
+                "ok": ok,
+                "unknown": g.get("success") is None,
+                "title": " · ".join([str(g.get("summary") or ""), *detail]).strip(" ·"),
+            }
+        )
     return out
 
 
@@ -333,8 +377,14 @@ def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
         try:
             row = dict(report_mod.index_row(pdir, ds))  # the same numbers as the pipeline's index.html
         except Exception:
-            row = {"ds": ds, "stream": "—", "base": "—", "diff": "—", "status": "unknown",
-                   "status_label": "no data yet"}
+            row = {
+                "ds": ds,
+                "stream": "—",
+                "base": "—",
+                "diff": "—",
+                "status": "unknown",
+                "status_label": "no data yet",
+            }
         row["href"] = "reports/" + _q(pdir.name, ds, "report.html")
         row["json"] = "reports/" + _q(pdir.name, ds, "report.json")
         rows.append(row)
@@ -344,9 +394,10 @@ def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
 def _pipeline(pdir: Path, report_mod: Any) -> dict:
     name = pdir.name
     p: dict[str, Any] = {"name": name, "error": None, "days": [], "n_reports": 0}
-    days = sorted((d.name for d in pdir.iterdir()
-                   if d.is_dir() and not d.name.startswith(".") and (d / "report.json").is_file()),
-                  reverse=True)
+    days = sorted(
+        (d.name for d in pdir.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / "report.json").is_file()),
+        reverse=True,
+    )
     p["n_reports"] = len(days)
     if not days:
         return p
@@ -374,8 +425,11 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
     baseline = str(spec.get("baseline") or "batch_1d_windowed")
     p.update(
         generated_at=report_mod.fmt_timestamp(data.get("generated_at")) if data.get("generated_at") else None,
-        status=head.get("status", "unknown"), status_label=head.get("status_label", "no data yet"),
-        stream=head.get("stream", "—"), base=head.get("base", "—"), diff=head.get("diff", "—"),
+        status=head.get("status", "unknown"),
+        status_label=head.get("status_label", "no data yet"),
+        stream=head.get("stream", "—"),
+        base=head.get("base", "—"),
+        diff=head.get("diff", "—"),
         baseline_label=report_mod.VARIANT_LABELS.get(baseline, baseline),
         tolerance=f"{tol:.2f} pp" if tol is not None else None,
         window=spec.get("window"),
@@ -397,8 +451,12 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
 
 def overview(reports_root: Path | None) -> dict:
     """Everything the page shows; never raises for missing or malformed files."""
-    model: dict[str, Any] = {"reports_root": str(reports_root) if reports_root else None,
-                             "pipelines": [], "error": None, "empty_state": EMPTY_STATE}
+    model: dict[str, Any] = {
+        "reports_root": str(reports_root) if reports_root else None,
+        "pipelines": [],
+        "error": None,
+        "empty_state": EMPTY_STATE,
+    }
     if reports_root is None:
         model["error"] = "The storage root is not a local path, so this page cannot read its reports."
         return model
@@ -419,8 +477,9 @@ def overview(reports_root: Path | None) -> dict:
             model["pipelines"].append(_pipeline(pdir, report_mod))
         except Exception as e:  # one broken pipeline folder must not hide the others
             log.warning("joinshift UI: pipeline %s could not be read", pdir, exc_info=True)
-            model["pipelines"].append({"name": pdir.name, "error": f"{type(e).__name__}: {e}",
-                                       "days": [], "n_reports": 0})
+            model["pipelines"].append(
+                {"name": pdir.name, "error": f"{type(e).__name__}: {e}", "days": [], "n_reports": 0}
+            )
     return model
 
 
@@ -436,8 +495,9 @@ def _env():
     if _ENV is None:
         import jinja2
 
-        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-                                  autoescape=True, trim_blocks=True, lstrip_blocks=True)
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)), autoescape=True, trim_blocks=True, lstrip_blocks=True
+        )
     return _ENV
 
 
@@ -468,8 +528,13 @@ def _render_markdown(text: str) -> str:
 
 def create_app(reports_root: Path | str | None = None) -> FastAPI:
     """The plugin's FastAPI app; ``reports_root`` overrides the settings (tests)."""
-    app = FastAPI(title="joinshift · Join accuracy", docs_url=None, redoc_url=None,
-                  openapi_url=None, dependencies=[Depends(require_user)])
+    app = FastAPI(
+        title="joinshift · Join accuracy",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(require_user)],
+    )
     app.state.reports_root = Path(reports_root) if reports_root is not None else None
     app.add_exception_handler(HTTPException, _auth_error)
 
@@ -493,16 +558,17 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
         if root is None:
             raise HTTPException(status_code=404, detail="No such file")
         target = safe_file(root, rel, SERVED_TYPES)
-        return FileResponse(target, media_type=SERVED_TYPES[target.suffix.lower()],
-                            headers={"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff",
-                                     "Cache-Control": "no-cache"})
+        return FileResponse(
+            target,
+            media_type=SERVED_TYPES[target.suffix.lower()],
+            headers={"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+        )
 
     @app.get("/runbooks/{rel:path}", response_class=HTMLResponse)
     def runbook(rel: str, request: Request) -> HTMLResponse:
         target = safe_file(_project_root() / "include" / "runbooks", rel, {".md"})
         body = _render_markdown(target.read_text(encoding="utf-8", errors="replace"))
-        html = _env().get_template("page.html.j2").render(title=target.stem, text=None, body=body,
-                                                          home=_home(request))
+        html = _env().get_template("page.html.j2").render(title=target.stem, text=None, body=body, home=_home(request))
         return HTMLResponse(html, headers={"Content-Security-Policy": _CSP})
 
     return app
@@ -514,12 +580,14 @@ app = create_app()
 class JoinshiftUIPlugin(AirflowPlugin):
     name = "joinshift_ui"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "joinshift join accuracy"}]
-    external_views = [{
-        "name": "Join accuracy",
-        # relative (no leading slash): resolved against the UI's base URL, so it works behind
-        # a [api] base_url path too; opens inside the UI at /plugin/join-accuracy
-        "href": f"{URL_PREFIX.lstrip('/')}/",
-        "url_route": "join-accuracy",
-        "destination": "nav",
-        "nav_top_level": True,
-    }]
+    external_views = [
+        {
+            "name": "Join accuracy",
+            # relative (no leading slash): resolved against the UI's base URL, so it works behind
+            # a [api] base_url path too; opens inside the UI at /plugin/join-accuracy
+            "href": f"{URL_PREFIX.lstrip('/')}/",
+            "url_route": "join-accuracy",
+            "destination": "nav",
+            "nav_top_level": True,
+        }
+    ]

@@ -20,14 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TEST_ROOT = Path(tempfile.mkdtemp(prefix="joinshift-tests-"))
-os.environ.update({
-    "JOINSHIFT_STORAGE_ROOT": str(TEST_ROOT / "storage"),
-    "JOINSHIFT_KAFKA_HOME": str(TEST_ROOT / "kafka"),
-    "JOINSHIFT_LOG_DIR": str(TEST_ROOT / "logs"),
-    "JOINSHIFT_SPARK_DRIVER_MEMORY": "3g",
-    "JOINSHIFT_SPARK_LOG_LEVEL": "ERROR",
-    "AIRFLOW_HOME": str(TEST_ROOT / "airflow"),
-})
+os.environ.update(
+    {
+        "JOINSHIFT_STORAGE_ROOT": str(TEST_ROOT / "storage"),
+        "JOINSHIFT_KAFKA_HOME": str(TEST_ROOT / "kafka"),
+        "JOINSHIFT_LOG_DIR": str(TEST_ROOT / "logs"),
+        "JOINSHIFT_SPARK_DRIVER_MEMORY": "3g",
+        "JOINSHIFT_SPARK_LOG_LEVEL": "ERROR",
+        "AIRFLOW_HOME": str(TEST_ROOT / "airflow"),
+    }
+)
 os.environ.pop("JOINSHIFT_KAFKA_BOOTSTRAP", None)
 os.environ.pop("JOINSHIFT_CONFIG", None)
 
@@ -63,8 +65,11 @@ def spark(test_settings):
     """A small, fast local Spark with Delta, the Kafka connector and RocksDB state."""
     from jobs.storage.spark import get_spark
 
-    session = get_spark("joinshift-tests", test_settings,
-                        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    session = get_spark(
+        "joinshift-tests",
+        test_settings,
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
     yield session
     session.stop()
 
@@ -90,8 +95,12 @@ def airflow_db():
     if project_db.exists():
         shutil.copy(project_db, home / "airflow.db")
     else:
-        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], check=True,
-                       stdout=subprocess.DEVNULL, env=dict(os.environ))
+        subprocess.run(
+            [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=dict(os.environ),
+        )
     return home
 
 
@@ -128,6 +137,7 @@ def demo_spec_data():
 
     def make() -> dict:
         return copy.deepcopy(data)
+
     return make
 
 
@@ -136,11 +146,18 @@ def own_pipeline_spec(demo_spec):
     """A factory: the demo spec as a pipeline of its own, so tests sharing the broker and the
     storage root do not meet. ``name`` becomes the pipeline; the topics are ``<name>_<suffix>``;
     ``side`` updates both sides; other keywords update the spec's top-level fields."""
-    def make(name: str, *, topic_suffixes: tuple[str, str] = ("left", "right"), side: dict | None = None,
-             **update):
+
+    def make(name: str, *, topic_suffixes: tuple[str, str] = ("left", "right"), side: dict | None = None, **update):
         def own(s, suffix):
             return s.model_copy(update={"topic": f"{name}_{suffix}", **(side or {})})
-        return demo_spec.model_copy(update={
-            "pipeline": name, "left": own(demo_spec.left, topic_suffixes[0]),
-            "right": own(demo_spec.right, topic_suffixes[1]), **update})
+
+        return demo_spec.model_copy(
+            update={
+                "pipeline": name,
+                "left": own(demo_spec.left, topic_suffixes[0]),
+                "right": own(demo_spec.right, topic_suffixes[1]),
+                **update,
+            }
+        )
+
     return make

@@ -93,10 +93,13 @@ def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pyproject", type=Path, default=Path("pyproject.toml"))
-    ap.add_argument("--jar-cache", type=Path,
-                    default=Path(os.environ.get("JOINSHIFT_JAR_CACHE", "/opt/joinshift/jars")))
-    ap.add_argument("--java", default=os.path.join(os.environ["JAVA_HOME"], "bin", "java")
-                    if os.environ.get("JAVA_HOME") else "java")
+    ap.add_argument(
+        "--jar-cache", type=Path, default=Path(os.environ.get("JOINSHIFT_JAR_CACHE", "/opt/joinshift/jars"))
+    )
+    ap.add_argument(
+        "--java",
+        default=os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java",
+    )
     args = ap.parse_args(argv)
     problems = check(args.pyproject, args.jar_cache, args.java)
     for p in problems:

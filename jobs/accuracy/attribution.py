@@ -63,8 +63,9 @@ def _parse_offsets(value) -> dict[str, dict[str, int]]:
 WATERMARK_POLICIES = ("current", "previous")
 
 
-def with_processing_watermark(spark: SparkSession, landed: DataFrame, topic: str, progress: list[dict],
-                              event_time: str, policy: str = "current") -> DataFrame:
+def with_processing_watermark(
+    spark: SparkSession, landed: DataFrame, topic: str, progress: list[dict], event_time: str, policy: str = "current"
+) -> DataFrame:
     """Landed rows of ``topic`` + ``_batch_id``, ``_watermark`` and ``_dropped_late``.
 
     Rows the stream has not read yet get null ``_batch_id`` and ``_dropped_late`` false.
@@ -83,14 +84,23 @@ def with_processing_watermark(spark: SparkSession, landed: DataFrame, topic: str
     out = landed.join(F.broadcast(rdf), cond, "left")
     et_ms = F.unix_millis(F.col(event_time))
     return out.select(
-        *landed.columns, "_batch_id",
+        *landed.columns,
+        "_batch_id",
         F.timestamp_millis("_watermark_ms").alias("_watermark"),
-        F.coalesce((F.col("_watermark_ms") > 0) & (et_ms <= F.col("_watermark_ms")), F.lit(False)).alias("_dropped_late"),
+        F.coalesce((F.col("_watermark_ms") > 0) & (et_ms <= F.col("_watermark_ms")), F.lit(False)).alias(
+            "_dropped_late"
+        ),
     )
 
 
-def stream_view(spark: SparkSession, spec: JoinSpec, left: DataFrame, right: DataFrame,
-                progress: list[dict], policy: str = "current") -> tuple[DataFrame, DataFrame]:
+def stream_view(
+    spark: SparkSession,
+    spec: JoinSpec,
+    left: DataFrame,
+    right: DataFrame,
+    progress: list[dict],
+    policy: str = "current",
+) -> tuple[DataFrame, DataFrame]:
     """Both sides' landed rows annotated with what the streaming join did with them."""
     return (
         with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time, policy),
@@ -102,8 +112,9 @@ def stream_view(spark: SparkSession, spec: JoinSpec, left: DataFrame, right: Dat
 CAUSES = ("left_late", "late_right", "outside_window", "not_yet_processed", "other")
 
 
-def attribute_misses(spark: SparkSession, spec: JoinSpec, ds, *, baseline: str | None = None,
-                     s=None, samples: int = 10) -> dict:
+def attribute_misses(
+    spark: SparkSession, spec: JoinSpec, ds, *, baseline: str | None = None, s=None, samples: int = 10
+) -> dict:
     """Per ds: every left event the baseline matched and the stream did not, by cause; and the
     reverse, what the stream matched that ``batch_1d_1d`` missed (the midnight cut-off gain).
 
@@ -125,7 +136,8 @@ def attribute_misses(spark: SparkSession, spec: JoinSpec, ds, *, baseline: str |
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
     landed_r = delta_io.read_table(spark, tables.landed("right")).where(
-        F.col("ds").between(F.lit(ds - timedelta(days=1)), F.lit(ds + timedelta(days=1))))
+        F.col("ds").between(F.lit(ds - timedelta(days=1)), F.lit(ds + timedelta(days=1)))
+    )
     left, right = stream_view(spark, spec, landed_l, landed_r, progress)
 
     def matched(variant: str) -> DataFrame:
@@ -147,24 +159,35 @@ def attribute_misses(spark: SparkSession, spec: JoinSpec, ds, *, baseline: str |
         F.sum(F.when(F.col("right_dropped_late"), 1).otherwise(0)).alias("n_late"),
         F.sum(F.when(F.col("right_batch_id").isNull() & F.col(right_id).isNotNull(), 1).otherwise(0)).alias("n_unread"),
     )
-    cause = (F.when(F.col("left_dropped_late"), "left_late")
-             .when(F.col("n") == 0, "outside_window")
-             .when(F.col("n_late") == F.col("n"), "late_right")
-             .when(F.col("n_unread") > 0, "not_yet_processed")
-             .otherwise("other"))
+    cause = (
+        F.when(F.col("left_dropped_late"), "left_late")
+        .when(F.col("n") == 0, "outside_window")
+        .when(F.col("n_late") == F.col("n"), "late_right")
+        .when(F.col("n_unread") > 0, "not_yet_processed")
+        .otherwise("other")
+    )
     hour = F.hour(F.from_utc_timestamp(F.col(col_name("left", spec.left.event_time)), spec.timezone))
     classified = per_left.select(F.col(left_id).alias("event_id"), cause.alias("cause"), hour.alias("hour")).cache()
     rows = classified.collect()
     classified.unpersist()
 
-    gain = stream_m.join(matched("batch_1d_1d"), "_lid", "left_anti") \
-        if delta_io.table_exists(spark, tables.output("batch_1d_1d")) else None
+    gain = (
+        stream_m.join(matched("batch_1d_1d"), "_lid", "left_anti")
+        if delta_io.table_exists(spark, tables.output("batch_1d_1d"))
+        else None
+    )
     gain_ids = [r._lid for r in gain.collect()] if gain is not None else []
     quarantined = {}
     if delta_io.table_exists(spark, tables.quarantine):
-        quarantined = {r["stream"]: r["n"] for r in spark.read.format("delta").load(tables.quarantine)
-                       .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
-                       .groupBy("stream").agg(F.count("*").alias("n")).collect()}
+        quarantined = {
+            r["stream"]: r["n"]
+            for r in spark.read.format("delta")
+            .load(tables.quarantine)
+            .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
+            .groupBy("stream")
+            .agg(F.count("*").alias("n"))
+            .collect()
+        }
 
     counts = {c: 0 for c in CAUSES}
     by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}

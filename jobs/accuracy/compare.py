@@ -29,8 +29,18 @@ from jobs.storage.tables import Tables
 WINDOWED_VARIANTS = ("batch_1d_windowed", "stream")
 PERCENTILES = (0.01, 0.5, 0.99)
 METRIC_COLUMNS = (
-    "ds", "variant", "left_events", "matched_left", "match_rate", "pairs",
-    "to_lower_p1", "to_lower_p50", "to_lower_p99", "to_upper_p1", "to_upper_p50", "to_upper_p99",
+    "ds",
+    "variant",
+    "left_events",
+    "matched_left",
+    "match_rate",
+    "pairs",
+    "to_lower_p1",
+    "to_lower_p50",
+    "to_lower_p99",
+    "to_upper_p1",
+    "to_upper_p50",
+    "to_upper_p99",
 )
 
 
@@ -49,21 +59,36 @@ def variant_metrics(left_events: DataFrame, output: DataFrame, variant: str, spe
     """Pure core: one variant's metric rows, one per ds of ``left_events``."""
     left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
     totals = left_events.groupBy("ds").agg(F.count("*").alias("left_events"))
-    matched = output.where(F.col(right_id).isNotNull()).groupBy("ds").agg(
-        F.countDistinct(left_id).alias("matched_left"), F.count("*").alias("pairs"))
+    matched = (
+        output.where(F.col(right_id).isNotNull())
+        .groupBy("ds")
+        .agg(F.countDistinct(left_id).alias("matched_left"), F.count("*").alias("pairs"))
+    )
     m = totals.join(matched, "ds", "left").fillna(0, ["matched_left", "pairs"])
     if variant in WINDOWED_VARIANTS:
-        d = boundary_deltas(output, spec).groupBy("ds").agg(*[
-            F.percentile(c, p).alias(f"{name}_p{int(p * 100)}")
-            for c, name in (("to_lower_s", "to_lower"), ("to_upper_s", "to_upper")) for p in PERCENTILES
-        ])
+        d = (
+            boundary_deltas(output, spec)
+            .groupBy("ds")
+            .agg(
+                *[
+                    F.percentile(c, p).alias(f"{name}_p{int(p * 100)}")
+                    for c, name in (("to_lower_s", "to_lower"), ("to_upper_s", "to_upper"))
+                    for p in PERCENTILES
+                ]
+            )
+        )
         m = m.join(d, "ds", "left")
     else:
         for name in METRIC_COLUMNS[6:]:
             m = m.withColumn(name, F.lit(None).cast("double"))
     return m.select(
-        "ds", F.lit(variant).alias("variant"), "left_events", "matched_left",
-        (F.col("matched_left") / F.col("left_events")).alias("match_rate"), "pairs", *METRIC_COLUMNS[6:],
+        "ds",
+        F.lit(variant).alias("variant"),
+        "left_events",
+        "matched_left",
+        (F.col("matched_left") / F.col("left_events")).alias("match_rate"),
+        "pairs",
+        *METRIC_COLUMNS[6:],
     )
 
 
@@ -85,8 +110,14 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         metrics = metrics.unionByName(f)
     metrics = metrics.withColumn("computed_at", F.current_timestamp())
     delta_io.replace_partitions(metrics, tables.match_metrics, {"ds": [ds]})
-    return [r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
-            .where(F.col("ds") == F.lit(ds)).orderBy("variant").collect()]
+    return [
+        r.asDict()
+        for r in spark.read.format("delta")
+        .load(tables.match_metrics)
+        .where(F.col("ds") == F.lit(ds))
+        .orderBy("variant")
+        .collect()
+    ]
 
 
 def summary_rows(metrics: list[dict]) -> list[dict]:
@@ -124,7 +155,11 @@ def render_table(metrics: list[dict]):
         t.add_column(h, justify="right")
     for r in summary_rows(metrics):
         pp = r.get("stream_minus_windowed_pp")
-        t.add_row(str(r["ds"]), *(_pct(r.get(v)) for v in VARIANTS),
-                  "—" if pp is None else f"{pp:+.2f}",
-                  _dur(r.get("stream_to_lower_p99")), _dur(r.get("stream_to_upper_p99")))
+        t.add_row(
+            str(r["ds"]),
+            *(_pct(r.get(v)) for v in VARIANTS),
+            "—" if pp is None else f"{pp:+.2f}",
+            _dur(r.get("stream_to_lower_p99")),
+            _dur(r.get("stream_to_upper_p99")),
+        )
     return t

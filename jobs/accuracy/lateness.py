@@ -15,7 +15,6 @@ import pandas as pd
 __all__ = ["lateness_behind_pt", "recommend_watermark_delay", "share_behind_pt", "synchronization_gap"]
 
 
-
 def lateness_behind_pt(series: pd.DataFrame, arrival_ms, event_ms) -> np.ndarray:
     """For every tuple (input order): the PT in force at its arrival minus its event time.
 
@@ -29,9 +28,7 @@ def lateness_behind_pt(series: pd.DataFrame, arrival_ms, event_ms) -> np.ndarray
     a = np.asarray(arrival_ms)
     e = np.asarray(event_ms, dtype=np.float64)
     if a.shape != e.shape:
-        raise ValueError(
-            f"arrival_ms and event_ms must have the same length, got {a.size} and {e.size}"
-        )
+        raise ValueError(f"arrival_ms and event_ms must have the same length, got {a.size} and {e.size}")
     ends = series["batch_end_ms"].to_numpy()
     pts = series["pt_ms"].to_numpy(dtype=np.float64)
     idx = np.searchsorted(ends, a, side="right") - 1

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -87,13 +87,9 @@ def _parse_statistic(statistic) -> float | None:
             return None
         if s == "median":
             return 50.0
-        raise ValueError(
-            f"statistic must be 'mean', 'median' or a percentile in [0, 100], got {statistic!r}"
-        )
+        raise ValueError(f"statistic must be 'mean', 'median' or a percentile in [0, 100], got {statistic!r}")
     if isinstance(statistic, bool) or not isinstance(statistic, Real):
-        raise ValueError(
-            f"statistic must be 'mean', 'median' or a percentile in [0, 100], got {statistic!r}"
-        )
+        raise ValueError(f"statistic must be 'mean', 'median' or a percentile in [0, 100], got {statistic!r}")
     q = float(statistic)
     if not (0.0 <= q <= 100.0):
         raise ValueError(f"statistic must be a percentile in [0, 100], got {statistic!r}")
@@ -204,9 +200,7 @@ class PTEstimator:
         self._values: deque[np.ndarray] = deque(maxlen=self.max_window)
         self._sums: deque[float] = deque(maxlen=self.max_window)
         self._counts: deque[int] = deque(maxlen=self.max_window)
-        self._stats: dict[int, deque[float]] = {
-            k: deque(maxlen=self.sequence_length) for k in self.levels
-        }
+        self._stats: dict[int, deque[float]] = {k: deque(maxlen=self.sequence_length) for k in self.levels}
         self._ascending: dict[int, bool] = {k: False for k in self.levels}
         self._n = 0
         self._pt: float | None = None
@@ -293,9 +287,7 @@ def window_statistics(
     q = _parse_statistic(statistic)
     arrays = [np.asarray(b, dtype=np.float64).ravel() for b in batches]
     arrays = [a for a in arrays if a.size]
-    out = [
-        _stat(np.concatenate(arrays[j * k : (j + 1) * k]), q) for j in range(len(arrays) // k)
-    ]
+    out = [_stat(np.concatenate(arrays[j * k : (j + 1) * k]), q) for j in range(len(arrays) // k)]
     return np.asarray(out, dtype=np.float64)
 
 
@@ -312,9 +304,7 @@ def _split(arrival_ms, event_ms, batch_ms, origin_ms):
     if a.ndim != 1 or e.ndim != 1:
         raise ValueError("arrival_ms and event_ms must be one-dimensional arrays")
     if a.shape != e.shape:
-        raise ValueError(
-            f"arrival_ms and event_ms must have the same length, got {a.size} and {e.size}"
-        )
+        raise ValueError(f"arrival_ms and event_ms must have the same length, got {a.size} and {e.size}")
     a = a.astype(np.int64, copy=False) if a.dtype.kind in "iu" else a.astype(np.float64)
     e = e.astype(np.float64, copy=False)
     if a.dtype.kind == "f" and not np.isfinite(a).all():
@@ -422,9 +412,7 @@ def pt_series(
         next_tuples[:-1] = counts[1:]
         behind[:-1] = behind_by_batch[1:]
     with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = np.where(
-            (next_tuples > 0) & ~np.isnan(pt), 1.0 - behind / np.maximum(next_tuples, 1), np.nan
-        )
+        accuracy = np.where((next_tuples > 0) & ~np.isnan(pt), 1.0 - behind / np.maximum(next_tuples, 1), np.nan)
 
     df = pd.DataFrame(
         {

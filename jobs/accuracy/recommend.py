@@ -25,7 +25,7 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -87,14 +87,21 @@ def watermark_delay_for(lateness_ms: np.ndarray, target_drop_rate: float) -> int
     return int(math.ceil(recommend_watermark_delay(lateness_ms, target_drop_rate) / 1000))
 
 
-def stream_lateness(arrival_ms: np.ndarray, event_ms: np.ndarray, deployed_delay_s: int,
-                    target_drop_rate: float) -> StreamLateness:
+def stream_lateness(
+    arrival_ms: np.ndarray, event_ms: np.ndarray, deployed_delay_s: int, target_drop_rate: float
+) -> StreamLateness:
     late = lateness_behind_max(arrival_ms, event_ms)
     rec = watermark_delay_for(late, target_drop_rate)
     share = lambda d: float(np.mean(late > d * 1000)) if len(late) else 0.0  # noqa: E731
-    return StreamLateness(int(len(late)), rec, deployed_delay_s, share(deployed_delay_s), share(rec),
-                          float(np.percentile(late, 50) / 1000) if len(late) else 0.0,
-                          float(np.percentile(late, 99) / 1000) if len(late) else 0.0)
+    return StreamLateness(
+        int(len(late)),
+        rec,
+        deployed_delay_s,
+        share(deployed_delay_s),
+        share(rec),
+        float(np.percentile(late, 50) / 1000) if len(late) else 0.0,
+        float(np.percentile(late, 99) / 1000) if len(late) else 0.0,
+    )
 
 
 @dataclass
@@ -112,8 +119,10 @@ class Prediction:
         return self.upper_s - self.lower_s
 
     def label(self) -> str:
-        return f"[{format_duration(timedelta(seconds=self.lower_s), True)}, " \
-               f"{format_duration(timedelta(seconds=self.upper_s), True)}]"
+        return (
+            f"[{format_duration(timedelta(seconds=self.lower_s), True)}, "
+            f"{format_duration(timedelta(seconds=self.upper_s), True)}]"
+        )
 
 
 @dataclass
@@ -140,9 +149,17 @@ class Recommendation:
         return d
 
 
-def predict(sweep: pd.DataFrame, *, late_loss: float, right_rate: float, left_rate: float,
-            bytes_per_row: float, left_delay_s: int, right_delay_s: int,
-            replay_rows_per_s: float | None) -> list[Prediction]:
+def predict(
+    sweep: pd.DataFrame,
+    *,
+    late_loss: float,
+    right_rate: float,
+    left_rate: float,
+    bytes_per_row: float,
+    left_delay_s: int,
+    right_delay_s: int,
+    replay_rows_per_s: float | None,
+) -> list[Prediction]:
     """Turn a sweep (one row per candidate, averaged over days) into predictions."""
     out = []
     for r in sweep.itertuples():
@@ -151,9 +168,17 @@ def predict(sweep: pd.DataFrame, *, late_loss: float, right_rate: float, left_ra
         left_rows = left_rate * (max(r.upper_s, 0) + left_delay_s)
         memory = (right_rows + left_rows) * bytes_per_row
         recovery = (right_rows + left_rows) / replay_rows_per_s if replay_rows_per_s else None
-        out.append(Prediction(int(r.lower_s), int(r.upper_s), float(r.match_rate),
-                              max(0.0, float(r.match_rate) - late_loss), memory,
-                              float(max(r.upper_s, 0) + right_delay_s), recovery))
+        out.append(
+            Prediction(
+                int(r.lower_s),
+                int(r.upper_s),
+                float(r.match_rate),
+                max(0.0, float(r.match_rate) - late_loss),
+                memory,
+                float(max(r.upper_s, 0) + right_delay_s),
+                recovery,
+            )
+        )
     return out
 
 
@@ -176,15 +201,20 @@ def boundary_reasons(spec: JoinSpec, deltas: dict) -> list[str]:
             continue
         advice = bound_advice(p1, span)
         if advice == "widen":
-            reasons.append(f"1% of matches lie within {format_duration(timedelta(seconds=round(p1)))} of the "
-                           f"{name} bound: matches crowd it, widening the {name} side would find more")
+            reasons.append(
+                f"1% of matches lie within {format_duration(timedelta(seconds=round(p1)))} of the "
+                f"{name} bound: matches crowd it, widening the {name} side would find more"
+            )
         elif advice == "shrink":
-            reasons.append(f"no match in the closest 1% comes nearer than {format_duration(timedelta(seconds=round(p1)))} "
-                           f"to the {name} bound: the {name} side can shrink by about that much")
+            reasons.append(
+                f"no match in the closest 1% comes nearer than {format_duration(timedelta(seconds=round(p1)))} "
+                f"to the {name} bound: the {name} side can shrink by about that much"
+            )
     return reasons
 
 
 # ------------------------------------------------------------------------------ I/O shell
+
 
 def _measured_bytes_per_row(progress: list[dict]) -> float | None:
     vals = []
@@ -203,41 +233,57 @@ def _replay_rate(progress: list[dict]) -> float | None:
     return float(max(rates)) if rates else None
 
 
-def recommend(spark, spec: JoinSpec, days: list[date], *, s=None, target_share: float = 0.995,
-              target_drop_rate: float = 0.001, lowers=DEFAULT_LOWERS, uppers=DEFAULT_UPPERS,
-              replay_rows_per_s: float | None = None) -> Recommendation:
+def recommend(
+    spark,
+    spec: JoinSpec,
+    days: list[date],
+    *,
+    s=None,
+    target_share: float = 0.995,
+    target_drop_rate: float = 0.001,
+    lowers=DEFAULT_LOWERS,
+    uppers=DEFAULT_UPPERS,
+    replay_rows_per_s: float | None = None,
+) -> Recommendation:
     """Sweep the landed days, measure lateness and state size, and pick a window."""
     from pyspark.sql import functions as F
 
+    from jobs.accuracy.sweep import candidate_grid, sweep_ds
     from jobs.storage import delta_io
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
-    from jobs.accuracy.sweep import candidate_grid, sweep_ds
 
     if not days:
         raise ValueError("days: give at least one ds to learn from")
     tables = Tables.of(spec, s)
-    candidates = sorted(set(candidate_grid(list(lowers), list(uppers))) |
-                        {(spec.window.lower_seconds, spec.window.upper_seconds)})
+    candidates = sorted(
+        set(candidate_grid(list(lowers), list(uppers))) | {(spec.window.lower_seconds, spec.window.upper_seconds)}
+    )
     sweep = sweep_ds(spark, spec, days, candidates, s=s, right_days="neighbours")
     per_candidate = sweep.groupby(["lower_s", "upper_s"], as_index=False).agg(
-        left_events=("left_events", "sum"), matched_left=("matched_left", "sum"))
+        left_events=("left_events", "sum"), matched_left=("matched_left", "sum")
+    )
     per_candidate["match_rate"] = per_candidate.matched_left / per_candidate.left_events
 
     # lateness and rates from the landed tables (arrival = Kafka timestamp)
     lateness, peak_rate = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
-        pdf = (delta_io.read_table(spark, tables.landed(side))
-               .where(F.col("ds").isin(days))
-               .select(F.unix_millis(st.event_time).alias("e"), F.unix_millis("_arrival_time").alias("a"))
-               .toPandas())
+        pdf = (
+            delta_io.read_table(spark, tables.landed(side))
+            .where(F.col("ds").isin(days))
+            .select(F.unix_millis(st.event_time).alias("e"), F.unix_millis("_arrival_time").alias("a"))
+            .toPandas()
+        )
         lateness[side] = stream_lateness(pdf.a.to_numpy(), pdf.e.to_numpy(), st.watermark_seconds, target_drop_rate)
         hourly = pd.Series(1, index=pd.to_datetime(pdf.a, unit="ms")).resample("1h").sum()
         peak_rate[side] = float(hourly.max() / 3600) if len(hourly) else 0.0
 
-    metrics = spark.read.format("delta").load(tables.match_metrics).where(F.col("ds").isin(days)).toPandas() \
-        if delta_io.table_exists(spark, tables.match_metrics) else pd.DataFrame()
+    metrics = (
+        spark.read.format("delta").load(tables.match_metrics).where(F.col("ds").isin(days)).toPandas()
+        if delta_io.table_exists(spark, tables.match_metrics)
+        else pd.DataFrame()
+    )
     baseline = spec.accuracy.baseline
 
     def mean_rate(variant: str) -> float | None:
@@ -258,13 +304,20 @@ def recommend(spark, spec: JoinSpec, days: list[date], *, s=None, target_share: 
     if bpr is None:
         bpr = 400.0  # no state metrics yet: ~200 B of payload, twice that once buffered in RocksDB
     replay = replay_rows_per_s or _replay_rate(progress)
-    kw = dict(late_loss=late_loss, right_rate=peak_rate["right"], left_rate=peak_rate["left"], bytes_per_row=bpr,
-              left_delay_s=lateness["left"].recommended_delay_s, right_delay_s=lateness["right"].recommended_delay_s,
-              replay_rows_per_s=replay)
+    kw = dict(
+        late_loss=late_loss,
+        right_rate=peak_rate["right"],
+        left_rate=peak_rate["left"],
+        bytes_per_row=bpr,
+        left_delay_s=lateness["left"].recommended_delay_s,
+        right_delay_s=lateness["right"].recommended_delay_s,
+        replay_rows_per_s=replay,
+    )
     preds = predict(per_candidate, **kw)
     chosen = choose(preds, baseline_rate, target_share)
-    deployed = predict(dep_row, **{**kw, "left_delay_s": spec.left.watermark_seconds,
-                                   "right_delay_s": spec.right.watermark_seconds})[0]
+    deployed = predict(
+        dep_row, **{**kw, "left_delay_s": spec.left.watermark_seconds, "right_delay_s": spec.right.watermark_seconds}
+    )[0]
 
     deltas = {}
     if len(metrics):
@@ -274,34 +327,52 @@ def recommend(spark, spec: JoinSpec, days: list[date], *, s=None, target_share: 
     reasons = [
         f"{chosen.label()} is the smallest window whose predicted match rate "
         f"({100 * chosen.predicted_match_rate:.2f}%) reaches {100 * target_share:.1f}% of {baseline} "
-        f"({100 * baseline_rate:.2f}%)" if chosen.predicted_match_rate >= target_share * baseline_rate else
-        f"no candidate reaches {100 * target_share:.1f}% of {baseline} ({100 * baseline_rate:.2f}%); "
+        f"({100 * baseline_rate:.2f}%)"
+        if chosen.predicted_match_rate >= target_share * baseline_rate
+        else f"no candidate reaches {100 * target_share:.1f}% of {baseline} ({100 * baseline_rate:.2f}%); "
         f"{chosen.label()} comes closest",
-        f"predicted state memory {chosen.predicted_memory_bytes / 1e6:.1f} MB vs {deployed.predicted_memory_bytes / 1e6:.1f} MB "
+        f"predicted state memory {chosen.predicted_memory_bytes / 1e6:.1f} MB vs "
+        f"{deployed.predicted_memory_bytes / 1e6:.1f} MB "
         f"deployed (peak {peak_rate['right']:.1f} right rows/s, {bpr:.0f} B per buffered row)",
         f"the stream lost {100 * late_loss:.2f} pp to late arrivals at the deployed window (measured)",
     ]
     for side in ("left", "right"):
         lt = lateness[side]
+        delay = format_duration(timedelta(seconds=lt.recommended_delay_s)) if lt.recommended_delay_s else "0s"
         reasons.append(
-            f"{side} watermark {format_duration(timedelta(seconds=lt.recommended_delay_s)) if lt.recommended_delay_s else '0s'}"
+            f"{side} watermark {delay}"
             f" drops {100 * lt.share_dropped_at_recommended:.2f}% of {spec.side(side).name} "
             f"(deployed {format_duration(timedelta(seconds=lt.deployed_delay_s)) if lt.deployed_delay_s else '0s'}: "
-            f"{100 * lt.share_dropped_at_deployed:.2f}%)")
+            f"{100 * lt.share_dropped_at_deployed:.2f}%)"
+        )
     reasons += boundary_reasons(spec, deltas)
     return Recommendation(
-        pipeline=spec.pipeline, days=[str(d) for d in days], baseline=baseline, baseline_match_rate=baseline_rate,
-        target_share=target_share, target_drop_rate=target_drop_rate, chosen=chosen, deployed=deployed,
-        left_watermark_s=lateness["left"].recommended_delay_s, right_watermark_s=lateness["right"].recommended_delay_s,
-        reasons=reasons, candidates=preds, lateness=lateness,
-        inputs={"bytes_per_row": bpr, "peak_rows_per_s": peak_rate, "replay_rows_per_s": replay,
-                "late_loss": late_loss, "candidates": len(preds)},
+        pipeline=spec.pipeline,
+        days=[str(d) for d in days],
+        baseline=baseline,
+        baseline_match_rate=baseline_rate,
+        target_share=target_share,
+        target_drop_rate=target_drop_rate,
+        chosen=chosen,
+        deployed=deployed,
+        left_watermark_s=lateness["left"].recommended_delay_s,
+        right_watermark_s=lateness["right"].recommended_delay_s,
+        reasons=reasons,
+        candidates=preds,
+        lateness=lateness,
+        inputs={
+            "bytes_per_row": bpr,
+            "peak_rows_per_s": peak_rate,
+            "replay_rows_per_s": replay,
+            "late_loss": late_loss,
+            "candidates": len(preds),
+        },
     )
 
 
 def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
     """Write the recommendation to the ``recommendations`` Delta table and as JSON."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
@@ -312,14 +383,33 @@ def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rec.to_dict(), indent=2, default=str))
     c, d = rec.chosen, rec.deployed
-    row = spark.createDataFrame([(
-        date.fromisoformat(as_of), ",".join(rec.days), c.lower_s, c.upper_s, rec.left_watermark_s, rec.right_watermark_s,
-        c.predicted_match_rate, rec.baseline, rec.baseline_match_rate, c.predicted_memory_bytes, c.output_latency_s,
-        c.recovery_s, d.lower_s, d.upper_s, d.predicted_match_rate, d.predicted_memory_bytes, json.dumps(rec.reasons),
-        datetime.now(timezone.utc),
-    )], "ds date, learned_from string, lower_s long, upper_s long, left_watermark_s long, right_watermark_s long, "
+    row = spark.createDataFrame(
+        [
+            (
+                date.fromisoformat(as_of),
+                ",".join(rec.days),
+                c.lower_s,
+                c.upper_s,
+                rec.left_watermark_s,
+                rec.right_watermark_s,
+                c.predicted_match_rate,
+                rec.baseline,
+                rec.baseline_match_rate,
+                c.predicted_memory_bytes,
+                c.output_latency_s,
+                c.recovery_s,
+                d.lower_s,
+                d.upper_s,
+                d.predicted_match_rate,
+                d.predicted_memory_bytes,
+                json.dumps(rec.reasons),
+                datetime.now(UTC),
+            )
+        ],
+        "ds date, learned_from string, lower_s long, upper_s long, left_watermark_s long, right_watermark_s long, "
         "predicted_match_rate double, baseline string, baseline_match_rate double, predicted_memory_bytes double, "
         "output_latency_s double, recovery_s double, deployed_lower_s long, deployed_upper_s long, "
-        "deployed_predicted_match_rate double, deployed_memory_bytes double, reasons string, computed_at timestamp")
+        "deployed_predicted_match_rate double, deployed_memory_bytes double, reasons string, computed_at timestamp",
+    )
     delta_io.replace_partitions(row, tables.settings.table_path(spec.pipeline, "recommendations"), {"ds": [as_of]})
     return out

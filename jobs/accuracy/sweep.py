@@ -25,10 +25,11 @@ by the join key once, the join output keeps that partitioning (broadcast or sort
 first aggregation groups by the key too, so it needs no further shuffle; the second one shuffles
 a few small rows.
 
-Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.compare`); a left
-event is one left row (landed event ids are unique, so this is compare's distinct-id count too). ``pairs`` counts every (left, right) pair in
-the window, i.e. the 1-to-n output rows that have a right side, whatever the spec's cardinality
-(under 1-to-1 the join emits ``matched_left`` of them): what state and output sizes follow.
+Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.accuracy.compare`); a left
+event is one left row (landed event ids are unique, so this is compare's distinct-id count too).
+``pairs`` counts every (left, right) pair in the window, i.e. the 1-to-n output rows that have a
+right side, whatever the spec's cardinality (under 1-to-1 the join emits ``matched_left`` of
+them): what state and output sizes follow.
 
 Which right events may pair with a left event of ds ``D`` (``right_days``):
 
@@ -93,7 +94,8 @@ def _seconds(value: object, what: str) -> int:
     except ValueError:
         raise GridError(
             f"{what}: {value!r} is not a duration; write a signed number with a unit (ms, s, m, h, d), "
-            "e.g. -6h, 30m, -4h30m, or a bare 0") from None
+            "e.g. -6h, 30m, -4h30m, or a bare 0"
+        ) from None
     if secs != int(secs):
         raise GridError(f"{what}: {value!r} is not a whole number of seconds")
     return int(secs)
@@ -108,8 +110,7 @@ def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[t
         raise GridError("a grid needs at least one lower and one upper bound")
     grid = [(a, b) for a in lo for b in up if a <= b]
     if not grid:
-        raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, "
-                        f"uppers {up[0]}..{up[-1]} s)")
+        raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, uppers {up[0]}..{up[-1]} s)")
     return grid
 
 
@@ -137,8 +138,10 @@ def _values(name: str, text: str, part: str) -> list[int]:
         if step <= 0:
             raise GridError(f"{where}: the step {step_text.strip()!r} must be positive")
         if (end - start) % step:
-            raise GridError(f"{where}: the step {step_text.strip()} does not divide the range "
-                            f"{start_text.strip()}..{end_text.strip()}")
+            raise GridError(
+                f"{where}: the step {step_text.strip()} does not divide the range "
+                f"{start_text.strip()}..{end_text.strip()}"
+            )
         out.extend(range(start, end + 1, step))
     return out
 
@@ -152,8 +155,9 @@ def parse_grid(text: str) -> list[tuple[int, int]]:
         name, eq, values = part.partition("=")
         name = name.strip()
         if not eq or name not in ("lower", "upper"):
-            raise GridError(f"grid part {part!r}: write lower=<values> or upper=<values> "
-                            "(values: -6h..0h/30m, -3h, or -3h|-1h)")
+            raise GridError(
+                f"grid part {part!r}: write lower=<values> or upper=<values> (values: -6h..0h/30m, -3h, or -3h|-1h)"
+            )
         if name in bounds:
             raise GridError(f"grid part {part!r}: {name} is given twice")
         bounds[name] = _values(name, values, part)
@@ -164,8 +168,7 @@ def parse_grid(text: str) -> list[tuple[int, int]]:
 
 
 def format_candidate(lower_s: int, upper_s: int) -> str:
-    return (f"[{format_duration(timedelta(seconds=lower_s), True)}, "
-            f"{format_duration(timedelta(seconds=upper_s), True)}]")
+    return f"[{format_duration(timedelta(seconds=lower_s), True)}, {format_duration(timedelta(seconds=upper_s), True)}]"
 
 
 # ------------------------------------------------------------------------------- the sweep
@@ -199,8 +202,11 @@ def _cell_tree(d: Column, points: Sequence[int], i: int, j: int) -> Column:
     if i == j:
         return F.lit(2 * i)
     if j == i + 1:
-        return (F.when(d == F.lit(points[i]), F.lit(2 * i)).when(d == F.lit(points[j]), F.lit(2 * j))
-                .otherwise(F.lit(2 * i + 1)))
+        return (
+            F.when(d == F.lit(points[i]), F.lit(2 * i))
+            .when(d == F.lit(points[j]), F.lit(2 * j))
+            .otherwise(F.lit(2 * i + 1))
+        )
     mid = (i + j) // 2
     return F.when(d < F.lit(points[mid]), _cell_tree(d, points, i, mid)).otherwise(_cell_tree(d, points, mid, j))
 
@@ -233,7 +239,7 @@ def _cell_of(d: Column, points_s: Sequence[int]) -> Column:
         between.append(2 * x + 1)
     off = d - F.lit(points_s[0] * _US)
     rem = F.pmod(off, F.lit(step * _US))
-    q1 = ((off - rem) / F.lit(step * _US)).cast("int") + 1       # exact: off - rem is a multiple
+    q1 = ((off - rem) / F.lit(step * _US)).cast("int") + 1  # exact: off - rem is a multiple
     return F.when(rem == 0, F.element_at(F.lit(on_line), q1)).otherwise(F.element_at(F.lit(between), q1))
 
 
@@ -270,8 +276,9 @@ class _Cells:
         return out
 
 
-def sweep_cells(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
-                *, right_days: str = "all") -> DataFrame:
+def sweep_cells(
+    left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]], *, right_days: str = "all"
+) -> DataFrame:
     """The lazy Spark part of :func:`sweep`: left events counted per ds and *cell set*.
 
     The bound points ``p_0 < … < p_{n−1}`` (sorted distinct bounds of all candidates) cut
@@ -288,14 +295,19 @@ def sweep_cells(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: S
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
     lkeys = [col_name("left", k) for k in spec.left.key]
     # a left event is a left row: a row id, so nothing depends on event ids being unique
-    l_df = left.select(*[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
-                       F.col(spec.left.event_time).alias(lt), F.col("ds"),
-                       F.monotonically_increasing_id().alias("_lid"))
-    r_df = right.select(*[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
-                        F.col(spec.right.event_time).alias(rt), F.col("ds").alias("_right_ds"))
+    l_df = left.select(
+        *[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
+        F.col(spec.left.event_time).alias(lt),
+        F.col("ds"),
+        F.monotonically_increasing_id().alias("_lid"),
+    )
+    r_df = right.select(
+        *[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
+        F.col(spec.right.event_time).alias(rt),
+        F.col("ds").alias("_right_ds"),
+    )
 
-    cond = key_condition(spec) & window_condition(
-        spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
+    cond = key_condition(spec) & window_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
     if right_days == "same":
         cond = cond & (F.col("_right_ds") == F.col("ds"))
     elif right_days == "neighbours":
@@ -313,23 +325,28 @@ def sweep_cells(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: S
     def mask_of(c: int) -> Column:
         if cl.n_masks == 1:
             return F.expr("shiftleft(1L, _cell)")
-        return F.when(cell.between(cl.BITS * c, cl.BITS * c + cl.BITS - 1),
-                      F.expr(f"shiftleft(1L, _cell - {cl.BITS * c})"))
+        return F.when(
+            cell.between(cl.BITS * c, cl.BITS * c + cl.BITS - 1), F.expr(f"shiftleft(1L, _cell - {cl.BITS * c})")
+        )
 
-    per_left = (pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
-                .groupBy(*lkeys, "_lid", "ds").agg(
-                    *[F.coalesce(F.bit_or(mask_of(c)), F.lit(0).cast("long")).alias(m)
-                      for c, m in enumerate(cl.masks)],
-                    *[F.count(F.when(cell < 2 * cl.at[a], True)).alias(col) for a, col in cl.below.items()],
-                    *[F.count(F.when(cell <= 2 * cl.at[b], True)).alias(col) for b, col in cl.upto.items()]))
+    per_left = (
+        pairs.select(*lkeys, "_lid", "ds", cell_of_d.alias("_cell"))
+        .groupBy(*lkeys, "_lid", "ds")
+        .agg(
+            *[F.coalesce(F.bit_or(mask_of(c)), F.lit(0).cast("long")).alias(m) for c, m in enumerate(cl.masks)],
+            *[F.count(F.when(cell < 2 * cl.at[a], True)).alias(col) for a, col in cl.below.items()],
+            *[F.count(F.when(cell <= 2 * cl.at[b], True)).alias(col) for b, col in cl.upto.items()],
+        )
+    )
     # K never enters the plan: candidates are decided on these few rows
     return per_left.groupBy("ds", *cl.masks).agg(
-        F.count(F.lit(1)).alias("_n"),
-        *[F.sum(col).alias(col) for col in (*cl.below.values(), *cl.upto.values())])
+        F.count(F.lit(1)).alias("_n"), *[F.sum(col).alias(col) for col in (*cl.below.values(), *cl.upto.values())]
+    )
 
 
-def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]],
-          *, right_days: str = "all") -> pd.DataFrame:
+def sweep(
+    left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]], *, right_days: str = "all"
+) -> pd.DataFrame:
     """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
 
     One Spark job (1 join + 2 aggregations, see :func:`sweep_cells`), then every candidate is
@@ -344,17 +361,17 @@ def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequenc
     cands = _check_candidates(candidates)
     cl = _Cells(cands)
     rows = sweep_cells(left, right, spec, cands, right_days=right_days).collect()
-    sel = np.array([cl.selection(a, b) for a, b in cands], dtype=np.int64)          # K × masks
+    sel = np.array([cl.selection(a, b) for a, b in cands], dtype=np.int64)  # K × masks
     out = []
     for ds in sorted({r["ds"] for r in rows}):
         mine = [r for r in rows if r["ds"] == ds]
         masks = np.array([[r[m] for m in cl.masks] for r in mine], dtype=np.int64)  # rows × masks
         n = np.array([r["_n"] for r in mine], dtype=np.int64)
         matched = np.zeros(len(cands), dtype=np.int64)
-        step = max(1, 4_000_000 // (len(cands) * cl.n_masks))                        # bounded memory
+        step = max(1, 4_000_000 // (len(cands) * cl.n_masks))  # bounded memory
         for i in range(0, len(mine), step):
-            hit = ((masks[i:i + step, None, :] & sel[None, :, :]) != 0).any(axis=2)  # rows × K
-            matched += n[i:i + step] @ hit
+            hit = ((masks[i : i + step, None, :] & sel[None, :, :]) != 0).any(axis=2)  # rows × K
+            matched += n[i : i + step] @ hit
         total = int(n.sum())
         sums = {col: sum(int(r[col] or 0) for r in mine) for col in (*cl.below.values(), *cl.upto.values())}
         for k, (a, b) in enumerate(cands):
@@ -362,8 +379,16 @@ def sweep(left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequenc
             m = int(matched[k])
             out.append((ds, a, b, total, m, m / total if total else float("nan"), pairs))
     res = pd.DataFrame(out, columns=list(RESULT_COLUMNS))
-    res = res.astype({"lower_s": "int64", "upper_s": "int64", "left_events": "int64",
-                      "matched_left": "int64", "match_rate": "float64", "pairs": "int64"})
+    res = res.astype(
+        {
+            "lower_s": "int64",
+            "upper_s": "int64",
+            "left_events": "int64",
+            "matched_left": "int64",
+            "match_rate": "float64",
+            "pairs": "int64",
+        }
+    )
     return res.sort_values(["ds", "lower_s", "upper_s"], ignore_index=True)
 
 
@@ -379,8 +404,15 @@ def right_read_days(ds_list: Sequence[date], candidates: Sequence[tuple[int, int
     return sorted({d + timedelta(days=o) for d in ds_list for o in offsets})
 
 
-def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candidates: Sequence[tuple[int, int]],
-             s: Settings | None = None, *, right_days: str = "same") -> pd.DataFrame:
+def sweep_ds(
+    spark: SparkSession,
+    spec: JoinSpec,
+    ds_list: Sequence[date],
+    candidates: Sequence[tuple[int, int]],
+    s: Settings | None = None,
+    *,
+    right_days: str = "same",
+) -> pd.DataFrame:
     """I/O shell: read the landed tables and :func:`sweep` the left partitions ``ds_list``.
 
     The caller decides the right partitions through ``right_days``: ``"same"`` reads right ds
@@ -403,7 +435,8 @@ def sweep_ds(spark: SparkSession, spec: JoinSpec, ds_list: Sequence[date], candi
         raise RuntimeError(
             f"the window sweep ({right_days}) for ds {', '.join(map(str, ds_list))} needs right-stream "
             f"partitions {', '.join(map(str, missing))}, which have not landed yet; land them first"
-            + (" or sweep with right_days='same'" if right_days != "same" else ""))
+            + (" or sweep with right_days='same'" if right_days != "same" else "")
+        )
     left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds").isin(list(ds_list)))
     right = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").isin(days))
     out = sweep(left, right, spec, candidates, right_days=right_days)

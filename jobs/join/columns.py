@@ -26,8 +26,11 @@ def side_columns(spec: JoinSpec, side: str) -> list[str]:
 
 
 def output_columns(spec: JoinSpec) -> list[str]:
-    return ["ds", *(col_name("left", c) for c in side_columns(spec, "left")),
-            *(col_name("right", c) for c in side_columns(spec, "right"))]
+    return [
+        "ds",
+        *(col_name("left", c) for c in side_columns(spec, "left")),
+        *(col_name("right", c) for c in side_columns(spec, "right")),
+    ]
 
 
 def prefixed(events: DataFrame, spec: JoinSpec, side: str) -> DataFrame:

@@ -14,8 +14,9 @@ from jobs.spec import Cardinality, JoinSpec, JoinType
 
 
 def key_condition(spec: JoinSpec) -> Column:
-    pairs = [F.col(col_name("left", lk)) == F.col(col_name("right", rk))
-             for lk, rk in zip(spec.left.key, spec.right.key)]
+    pairs = [
+        F.col(col_name("left", lk)) == F.col(col_name("right", rk)) for lk, rk in zip(spec.left.key, spec.right.key)
+    ]
     cond = pairs[0]
     for c in pairs[1:]:
         cond = cond & c
@@ -65,10 +66,16 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame
     Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
     """
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
-    lw = (prefixed(left, spec, "left").withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
-          .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)]))
-    rw = (prefixed(right, spec, "right").withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
-          .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)]))
+    lw = (
+        prefixed(left, spec, "left")
+        .withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
+        .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)])
+    )
+    rw = (
+        prefixed(right, spec, "right")
+        .withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
+        .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)])
+    )
     how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
     return lw.join(rw, key_condition(spec) & window_condition(spec), how).select(*output_columns(spec))
 

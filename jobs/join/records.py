@@ -40,8 +40,17 @@ REASONS = (
 )
 
 QUARANTINE_COLUMNS = (
-    "stage", "stream", "topic", "partition", "offset", "arrival_time",
-    "ds", "reason", "detail", "raw_key", "raw_value",
+    "stage",
+    "stream",
+    "topic",
+    "partition",
+    "offset",
+    "arrival_time",
+    "ds",
+    "reason",
+    "detail",
+    "raw_key",
+    "raw_value",
 )
 
 
@@ -89,18 +98,23 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     checks: list[tuple[Column, str, Column]] = [
         (F.col("_fields").isNull(), "malformed_json", F.lit(None)),
         (F.col(stream.id).isNull(), "null_id", F.lit(stream.id)),
-        (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key",
-         F.lit(",".join(stream.key))),
+        (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key", F.lit(",".join(stream.key))),
         (et.isNull(), "bad_event_time", raw_of[stream.event_time]),
         (bad_type_detail != "", "bad_type", bad_type_detail),
     ]
     if spec.unknown_fields == UnknownFields.quarantine:
         checks.append((F.size(unknown) > 0, "unexpected_field", F.array_join(unknown, ",")))
     checks += [
-        (et < arrival - F.expr(f"INTERVAL {int(validity.max_past.total_seconds())} SECONDS"),
-         "event_time_too_old", et.cast("string")),
-        (et > arrival + F.expr(f"INTERVAL {int(validity.max_future.total_seconds())} SECONDS"),
-         "event_time_in_future", et.cast("string")),
+        (
+            et < arrival - F.expr(f"INTERVAL {int(validity.max_past.total_seconds())} SECONDS"),
+            "event_time_too_old",
+            et.cast("string"),
+        ),
+        (
+            et > arrival + F.expr(f"INTERVAL {int(validity.max_future.total_seconds())} SECONDS"),
+            "event_time_in_future",
+            et.cast("string"),
+        ),
     ]
     reason: Column = F.lit(None).cast("string")
     detail: Column = F.lit(None).cast("string")
@@ -117,9 +131,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
 
 def good_events(parsed: DataFrame, stream: StreamSpec) -> DataFrame:
     """The typed events of a parsed frame: schema columns, arrival, Kafka position, ds."""
-    return parsed.where(F.col("_reason").isNull()).select(
-        *stream.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds"
-    )
+    return parsed.where(F.col("_reason").isNull()).select(*stream.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds")
 
 
 def quarantine_rows(parsed: DataFrame, stream: StreamSpec, stage: str) -> DataFrame:

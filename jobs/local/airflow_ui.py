@@ -37,8 +37,15 @@ if TYPE_CHECKING:
 
 VENV_BIN = Path(sys.executable).parent
 CHROMIUM_PATH = "/usr/bin/chromium"
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync")
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 PLUGIN_ROUTE = "plugin/join-accuracy"
 EXAMPLE_DAYS = ("2026-11-18", "2026-11-19", "2026-11-20")
 
@@ -82,8 +89,15 @@ class AirflowStandalone:
     """``airflow standalone`` in its own process group, with this project's Airflow env
     (``jobs.local.airflow_env.airflow_env()``) but a private AIRFLOW_HOME, port and password."""
 
-    def __init__(self, home: Path, storage_root: Path, *, port: int | None = None,
-                 password: str = "testpass", db: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        storage_root: Path,
+        *,
+        port: int | None = None,
+        password: str = "testpass",
+        db: Path | None = None,
+    ) -> None:
         self.home = Path(home)
         self.storage_root = Path(storage_root)
         self.port = port or free_port()
@@ -103,28 +117,30 @@ class AirflowStandalone:
         home = str(self.home)
         env = dict(os.environ)
         env.update(airflow_env())
-        env.update({
-            "AIRFLOW_HOME": home,
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": f"{home}/simple_auth_manager_passwords.json",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # nothing gets scheduled
-            "AIRFLOW__CORE__PARALLELISM": "2",  # LocalExecutor forks this many workers (default 32)
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": f"{home}/logs",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__WORKERS": "1",
-            # the scheduler's and triggerer's log servers: free ports too, not the fixed 8793/8794
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
-            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-            "JOINSHIFT_STORAGE_ROOT": str(self.storage_root),
-            "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),  # standalone runs `airflow ...`
-        })
+        env.update(
+            {
+                "AIRFLOW_HOME": home,
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": f"{home}/simple_auth_manager_passwords.json",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # nothing gets scheduled
+                "AIRFLOW__CORE__PARALLELISM": "2",  # LocalExecutor forks this many workers (default 32)
+                "AIRFLOW__LOGGING__BASE_LOG_FOLDER": f"{home}/logs",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__WORKERS": "1",
+                # the scheduler's and triggerer's log servers: free ports too, not the fixed 8793/8794
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__API__BASE_URL": self.url,
+                "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
+                "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+                "JOINSHIFT_STORAGE_ROOT": str(self.storage_root),
+                "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),  # standalone runs `airflow ...`
+            }
+        )
         return env
 
     def start(self) -> AirflowStandalone:
@@ -133,9 +149,15 @@ class AirflowStandalone:
         if self.db is not None and Path(self.db).exists():
             shutil.copy(self.db, self.home / "airflow.db")
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([str(VENV_BIN / "airflow"), "standalone"], cwd=self.home, env=self.env(),
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [str(VENV_BIN / "airflow"), "standalone"],
+                cwd=self.home,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def log_tail(self, n: int = 40) -> str:
@@ -149,8 +171,9 @@ class AirflowStandalone:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
-                raise RuntimeError(f"airflow standalone exited ({self.proc and self.proc.returncode}):\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"airflow standalone exited ({self.proc and self.proc.returncode}):\n{self.log_tail()}"
+                )
             try:
                 with _LOCAL.open(f"{self.url}/api/v2/monitor/health", timeout=3) as r:
                     if r.status == 200:
@@ -280,9 +303,15 @@ def screenshot(page: Page, path: Path, full_page: bool = False) -> Path:
     return path
 
 
-def screenshot_plugin_page(out: Path, storage_root: Path | None = None, *, width: int = 1440,
-                           height: int = 1000, keep: bool = False,
-                           log: Callable[[str], None] = print) -> list[Path]:
+def screenshot_plugin_page(
+    out: Path,
+    storage_root: Path | None = None,
+    *,
+    width: int = 1440,
+    height: int = 1000,
+    keep: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
     """Start Airflow, log in, screenshot the page (``out``) and the plugin page alone, full height
     (``out`` with ``.full`` before the suffix); stop Airflow; return the files written."""
     out = Path(out)
@@ -292,8 +321,12 @@ def screenshot_plugin_page(out: Path, storage_root: Path | None = None, *, width
         write_example_reports(storage_root)
     password = secrets.token_urlsafe(12)
     project_db = PROJECT_ROOT / ".airflow" / "airflow.db"
-    airflow = AirflowStandalone(work / "airflow", Path(storage_root).resolve(), password=password,
-                                db=project_db if project_db.exists() else None)
+    airflow = AirflowStandalone(
+        work / "airflow",
+        Path(storage_root).resolve(),
+        password=password,
+        db=project_db if project_db.exists() else None,
+    )
     written = []
     t0 = time.monotonic()
     try:

@@ -24,13 +24,18 @@ from jobs.settings import Settings
 def isolated_spec(spec, name: str, max_offsets: int | None):
     """Own topics, tables and checkpoints; watermarks as wide as the validity window, so no record
     is late and the output cannot depend on how the backlog is cut into micro-batches."""
+
     def side(st, tag: str):
         return st.model_copy(update={"topic": f"{name}_{tag}", "watermark_delay": spec.timestamp_validity.max_past})
 
-    return spec.model_copy(update={
-        "pipeline": name, "left": side(spec.left, "left"), "right": side(spec.right, "right"),
-        "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets}),
-    })
+    return spec.model_copy(
+        update={
+            "pipeline": name,
+            "left": side(spec.left, "left"),
+            "right": side(spec.right, "right"),
+            "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets}),
+        }
+    )
 
 
 def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: int) -> int:
@@ -40,8 +45,9 @@ def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: in
     from jobs.workload.publisher import publish
 
     wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed), base_spec)
-    records = wl.records.assign(topic=wl.records.topic.map({base_spec.left.topic: spec.left.topic,
-                                                            base_spec.right.topic: spec.right.topic}))
+    records = wl.records.assign(
+        topic=wl.records.topic.map({base_spec.left.topic: spec.left.topic, base_spec.right.topic: spec.right.topic})
+    )
     for st in (spec.left, spec.right):
         create_topic(bootstrap, st.topic)
     publish(records, bootstrap)
@@ -89,10 +95,23 @@ def wait_until(cond, timeout: float, step: float = 0.2) -> bool:
     return False
 
 
-def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills: int, seed: int,
-              broker=None, broker_bounce_after: int | None = None, trigger_interval: str = "1 second",
-              stall_after_s: float = 240, step_timeout_s: float = 360, finish_timeout_s: float = 300,
-              backoff_s=(0.5, 1, 2, 4, 8), log=print) -> dict[str, Any]:
+def chaos_run(
+    spec,
+    spec_path: str | Path,
+    s: Settings,
+    bootstrap: str,
+    *,
+    kills: int,
+    seed: int,
+    broker=None,
+    broker_bounce_after: int | None = None,
+    trigger_interval: str = "1 second",
+    stall_after_s: float = 240,
+    step_timeout_s: float = 360,
+    finish_timeout_s: float = 300,
+    backoff_s=(0.5, 1, 2, 4, 8),
+    log=print,
+) -> dict[str, Any]:
     """Supervise the stream process of ``spec`` (settings ``s``) and SIGKILL it ``kills`` times;
     bounce ``broker`` (stop, start: same port and data) after kill ``broker_bounce_after``; then
     let it drain (lag 0 on both streams, no new micro-batch for a few seconds) and stop it."""
@@ -109,10 +128,20 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
 
     def run_supervisor() -> None:
         try:
-            result["report"] = supervise(spec, s, spec_path=spec_path, checks=10**9, interval_s=1.0,
-                                         stall_after_s=stall_after_s, max_restarts=kills * 3 + 10,
-                                         backoff_s=backoff_s, process=proc, stop=stop, bootstrap=bootstrap,
-                                         on_alert=lambda k, m: alerts.append((k, m)))
+            result["report"] = supervise(
+                spec,
+                s,
+                spec_path=spec_path,
+                checks=10**9,
+                interval_s=1.0,
+                stall_after_s=stall_after_s,
+                max_restarts=kills * 3 + 10,
+                backoff_s=backoff_s,
+                process=proc,
+                stop=stop,
+                bootstrap=bootstrap,
+                on_alert=lambda k, m: alerts.append((k, m)),
+            )
         except BaseException as e:  # noqa: BLE001 - surfaced by the caller
             result["error"] = e
 
@@ -132,8 +161,10 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
     sup.start()
     try:
         # first micro-batch with output of the first process
-        if not wait_until(lambda: proc.pid is not None and progress_lines(spec, s) > 0 and delta_version(out_path) >= 0,
-                     step_timeout_s):
+        if not wait_until(
+            lambda: proc.pid is not None and progress_lines(spec, s) > 0 and delta_version(out_path) >= 0,
+            step_timeout_s,
+        ):
             raise TimeoutError("the stream process produced no output")
         done_kills = 0
         while done_kills < kills:
@@ -147,8 +178,10 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
             grew = delta_version(out_path) > v0
             if grew:
                 recover_s.append(time.monotonic() - t_kill)
-            log(f"kill {done_kills}: pid {victim} SIGKILLed; new pid {proc.pid}; "
-                + (f"output grew {recover_s[-1]:.1f}s after the kill" if grew else "nothing left to read"))
+            log(
+                f"kill {done_kills}: pid {victim} SIGKILLed; new pid {proc.pid}; "
+                + (f"output grew {recover_s[-1]:.1f}s after the kill" if grew else "nothing left to read")
+            )
             if broker is not None and broker_bounce_after == done_kills and not bounced:
                 bounced = True
                 v1, l1, pid1 = delta_version(out_path), progress_lines(spec, s), proc.pid
@@ -157,8 +190,12 @@ def chaos_run(spec, spec_path: str | Path, s: Settings, bootstrap: str, *, kills
                 time.sleep(3)
                 broker.start()
                 log("broker: started again")
-                if not wait_until(lambda l1=l1, v1=v1: progress_lines(spec, s) > l1 and proc.alive()
-                              and (delta_version(out_path) > v1 or drained()), step_timeout_s):
+                if not wait_until(
+                    lambda l1=l1, v1=v1: (
+                        progress_lines(spec, s) > l1 and proc.alive() and (delta_version(out_path) > v1 or drained())
+                    ),
+                    step_timeout_s,
+                ):
                     raise TimeoutError("no recovery after the broker bounce")
                 log(f"broker bounce survived (stream pid {pid1} -> {proc.pid})")
             if drained():

@@ -34,8 +34,12 @@ def _ensure_airflow_db(env: dict) -> None:
     db = Path(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///"))
     if not db.exists():
         console.print("[dim]initialising the Airflow metadata DB[/dim]")
-        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(sys.executable).with_name("airflow")), "db", "migrate"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 def _reset(spec, s, bootstrap: str) -> None:
@@ -52,8 +56,9 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False,
-             verbose: bool = False) -> int:
+def run_demo(
+    spec_file: str, workload_file: str, slice_minutes: int = 60, keep: bool = False, verbose: bool = False
+) -> int:
     import os
 
     if not verbose:  # Airflow's per-task logs only with -v: the progress bars say what runs
@@ -110,10 +115,18 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
             raise SystemExit(f"DAG {dag_id} ({logical}) ended {state}; see the task log above")
         return "success" in state
 
-    console.print(f"[bold]1/4[/bold] simulated real time: {params.days} days of arrivals, "
-                  f"{slice_minutes}-minute slices, streaming join running ([cyan]joinshift_simulate[/cyan])")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+    console.print(
+        f"[bold]1/4[/bold] simulated real time: {params.days} days of arrivals, "
+        f"{slice_minutes}-minute slices, streaming join running ([cyan]joinshift_simulate[/cyan])"
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         task_id = progress.add_task("stream ⟵ publishing", total=None)
 
         def on_slice(done: int, total: int, end_ms: int) -> None:
@@ -129,7 +142,7 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
         level, propagate = task_log.level, task_log.propagate
         task_log.addHandler(handler)
         task_log.setLevel(logging.INFO)  # whatever level Airflow's logging set for the console
-        task_log.propagate = verbose     # the bar shows the slices; -v prints them too
+        task_log.propagate = verbose  # the bar shows the slices; -v prints them too
         try:
             run_dag("joinshift_simulate", None, {**conf, "workload": workload_file, "slice_minutes": slice_minutes})
         finally:
@@ -137,10 +150,13 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
             task_log.setLevel(level)
             task_log.propagate = propagate
 
-    console.print(f"[bold]2/4[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
-                  f"for {', '.join(map(str, arrival_days))}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    console.print(
+        f"[bold]2/4[/bold] daily landing + batch baselines ([cyan]joinshift_daily[/cyan]) "
+        f"for {', '.join(map(str, arrival_days))}"
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         t = progress.add_task("batch", total=len(arrival_days))
         for ds in arrival_days:
             progress.update(t, description=f"batch ds={ds}")
@@ -152,8 +168,10 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
         with console.status(f"compare ds={ds}"):
             run_dag("joinshift_compare", ds, conf)
 
-    console.print(f"[bold]4/4[/bold] quality gates, accuracy report and window recommendation "
-                  f"([cyan]joinshift_report[/cyan]) for {', '.join(map(str, days))}")
+    console.print(
+        f"[bold]4/4[/bold] quality gates, accuracy report and window recommendation "
+        f"([cyan]joinshift_report[/cyan]) for {', '.join(map(str, days))}"
+    )
     gates_ok = True
     for ds in days:
         with console.status(f"report ds={ds}"):
@@ -167,8 +185,15 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
     metrics_df = spark.read.format("delta").load(tables.match_metrics)
     metrics = [r.asDict() for r in metrics_df.where(metrics_df.ds.isin(days)).collect()]
     console.print(render_table(metrics))
-    q = spark.read.format("delta").load(tables.quarantine).where("stage = 'landing'") \
-        .groupBy("reason").count().orderBy("reason").collect()
+    q = (
+        spark.read.format("delta")
+        .load(tables.quarantine)
+        .where("stage = 'landing'")
+        .groupBy("reason")
+        .count()
+        .orderBy("reason")
+        .collect()
+    )
     console.print("quarantined at landing: " + ", ".join(f"{r['reason']} {r['count']}" for r in q))
     rec_file = Path(s.path("recommendations", spec.pipeline)) / f"{days[-1]}.json"
     if rec_file.exists():
@@ -178,9 +203,12 @@ def run_demo(spec_file: str, workload_file: str, slice_minutes: int = 60, keep: 
 
         rec = json.loads(rec_file.read_text())
         c = rec["chosen"]
-        console.print(f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
-                      f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
-                      f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / right {fmt_duration(rec['right_watermark_s'])}")
+        console.print(
+            f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
+            f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
+            f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / "
+            f"right {fmt_duration(rec['right_watermark_s'])}"
+        )
     if not gates_ok:
         console.print("[red]a quality gate failed: see the report[/red]")
     reports = Path(s.path("reports", spec.pipeline))

@@ -20,6 +20,7 @@ and start-up helpers from :mod:`jobs.local.kafka_setup`.
 
 CLI: ``joinshift kafka {start,stop,status}``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from jobs.local.kafka_setup import (BROKER_SETTINGS, JVM_OPTS, LOG4J2, NODE_ID, free_ports, port_accepts,
-                                    port_is_free, random_cluster_id, slf4j2_override, tail)
+from jobs.local.kafka_setup import (
+    BROKER_SETTINGS,
+    JVM_OPTS,
+    LOG4J2,
+    NODE_ID,
+    free_ports,
+    port_accepts,
+    port_is_free,
+    random_cluster_id,
+    slf4j2_override,
+    tail,
+)
 from jobs.settings import Settings, settings
 from jobs.storage.processes import cmdline, pid_alive
 
@@ -255,15 +266,22 @@ class EmbeddedKafka:
     def _format_storage(self, cluster_id: str) -> None:
         """Once per data folder: writes meta.properties and the KRaft bootstrap checkpoint."""
         cmd = [
-            self._java(), "-Xmx256m", "-cp", self._classpath(), *self._jvm_log_opts(),
-            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file),
+            self._java(),
+            "-Xmx256m",
+            "-cp",
+            self._classpath(),
+            *self._jvm_log_opts(),
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.config_file),
         ]
         log.info("Formatting Kafka storage in %s (cluster id %s)", self.data_dir, cluster_id)
         res = subprocess.run(cmd, capture_output=True, text=True, cwd=self.home, timeout=120)
         if res.returncode != 0:
-            raise BrokerError(
-                f"kafka storage format failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}"
-            )
+            raise BrokerError(f"kafka storage format failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}")
 
     def _cluster_id_on_disk(self) -> str | None:
         meta = self.data_dir / "meta.properties"
@@ -288,8 +306,13 @@ class EmbeddedKafka:
 
         bootstrap = f"127.0.0.1:{port}"
         cmd = [
-            self._java(), "-cp", self._classpath(), *JVM_OPTS, *self._jvm_log_opts(),
-            "kafka.Kafka", str(self.config_file),
+            self._java(),
+            "-cp",
+            self._classpath(),
+            *JVM_OPTS,
+            *self._jvm_log_opts(),
+            "kafka.Kafka",
+            str(self.config_file),
         ]
         with self.out_file.open("ab") as out:
             out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting broker\n".encode())

@@ -193,4 +193,3 @@ def slf4j2_override(jar_dir: Path, jar_cache: Path) -> Path | None:
         jar_dir,
     )
     return None
-

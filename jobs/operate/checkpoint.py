@@ -58,6 +58,7 @@ STATE_BYTES_NOTE = (
 
 # ------------------------------------------------------------------------------- inspect
 
+
 def _lag(committed: dict[str, dict[int, int]], ends: dict[str, dict[int, int]]) -> dict[str, Any]:
     per: dict[str, dict[str, int]] = {}
     total = 0
@@ -88,18 +89,22 @@ def state_summary(spark, checkpoint: Path) -> dict[str, Any]:
     out["join_operator_id"] = op_id
     disk = _state_disk_bytes(checkpoint / "state" / str(op_id))
     for side in SIDES:
-        df = (spark.read.format("statestore").option("operatorId", op_id).option("joinSide", side).load(loc))
+        df = spark.read.format("statestore").option("operatorId", op_id).option("joinSide", side).load(loc)
         # to_json(struct(value.*)), not to_json(value): in Spark 4.2 the joinSide value rows still carry
         # the join's internal "matched" flag beyond the declared schema, and to_json(value) fails with
         # ArrayIndexOutOfBoundsException; rebuilding the struct from its declared fields works.
-        size = (F.octet_length(F.to_json(F.struct("key.*"))) + F.octet_length(F.to_json(F.struct("value.*"))))
+        size = F.octet_length(F.to_json(F.struct("key.*"))) + F.octet_length(F.to_json(F.struct("value.*")))
         row = df.agg(
             F.count(F.lit(1)).alias("rows"),
             F.coalesce(F.sum(size), F.lit(0)).alias("json_bytes"),
             F.countDistinct("partition_id").alias("partitions_with_rows"),
         ).first()
-        out[side] = {"rows": int(row["rows"]), "json_bytes": int(row["json_bytes"]),
-                     "partitions_with_rows": int(row["partitions_with_rows"]), "disk_bytes": disk.get(side, 0)}
+        out[side] = {
+            "rows": int(row["rows"]),
+            "json_bytes": int(row["json_bytes"]),
+            "partitions_with_rows": int(row["partitions_with_rows"]),
+            "disk_bytes": disk.get(side, 0),
+        }
     return out
 
 
@@ -117,8 +122,9 @@ def _state_disk_bytes(op_dir: Path) -> dict[str, int]:
     return sizes
 
 
-def inspect_checkpoint(spark, checkpoint_path: str | Path, bootstrap: str | None = None, *,
-                       spec: Any = None, kafka_timeout_ms: int = 5000) -> dict[str, Any]:
+def inspect_checkpoint(
+    spark, checkpoint_path: str | Path, bootstrap: str | None = None, *, spec: Any = None, kafka_timeout_ms: int = 5000
+) -> dict[str, Any]:
     """Everything an operator asks before a restart, as one dict (JSON-ready).
 
     Keys: path, query_id, last_committed_batch, last_planned_batch, batch_watermark_ms,
@@ -129,8 +135,11 @@ def inspect_checkpoint(spark, checkpoint_path: str | Path, bootstrap: str | None
     cp = local_path(checkpoint_path)
     health = validate_checkpoint(cp, spec=spec)
     out: dict[str, Any] = {
-        "path": str(cp), "exists": health.exists, "query_id": health.query_id,
-        "last_committed_batch": health.last_committed_batch, "last_planned_batch": health.last_planned_batch,
+        "path": str(cp),
+        "exists": health.exists,
+        "query_id": health.query_id,
+        "last_committed_batch": health.last_committed_batch,
+        "last_planned_batch": health.last_planned_batch,
     }
     committed: dict[str, dict[int, int]] = {}
     if health.last_committed_batch is not None:
@@ -154,19 +163,25 @@ def inspect_checkpoint(spark, checkpoint_path: str | Path, bootstrap: str | None
     if not bootstrap:
         out["kafka"] = {"status": "unknown", "reason": "no Kafka bootstrap servers given", "lag": "unknown"}
     elif not topics:
-        out["kafka"] = {"status": "unknown", "reason": "no topics known (nothing committed, no spec)",
-                        "lag": "unknown"}
+        out["kafka"] = {"status": "unknown", "reason": "no topics known (nothing committed, no spec)", "lag": "unknown"}
     else:
         try:
             from jobs.storage.kafka import end_offsets
 
             ends = end_offsets(bootstrap, topics, timeout_ms=kafka_timeout_ms)
-            out["kafka"] = {"status": "ok", "bootstrap": bootstrap,
-                            "end_offsets": {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in ends.items()},
-                            "lag": _lag(committed, ends)}
+            out["kafka"] = {
+                "status": "ok",
+                "bootstrap": bootstrap,
+                "end_offsets": {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in ends.items()},
+                "lag": _lag(committed, ends),
+            }
         except Exception as e:  # broker down or unreachable: say so, do not fail the inspection
-            out["kafka"] = {"status": "unreachable", "bootstrap": bootstrap, "reason": f"{type(e).__name__}: {e}",
-                            "lag": "unknown"}
+            out["kafka"] = {
+                "status": "unreachable",
+                "bootstrap": bootstrap,
+                "reason": f"{type(e).__name__}: {e}",
+                "lag": "unknown",
+            }
 
     if spark is None:
         out["state"] = {"status": "skipped", "reason": "no Spark session"}
@@ -207,8 +222,10 @@ def render_inspection(info: dict[str, Any]) -> str:
     if state.get("status") == "ok":
         for side in SIDES:
             s = state[side]
-            lines.append(f"  state {side:<5}           {s['rows']} rows, {s['json_bytes']} bytes as JSON, "
-                         f"{s['disk_bytes']} bytes on disk")
+            lines.append(
+                f"  state {side:<5}           {s['rows']} rows, {s['json_bytes']} bytes as JSON, "
+                f"{s['disk_bytes']} bytes on disk"
+            )
     else:
         lines.append(f"  state                 {state.get('status')}: {state.get('reason', '')}")
     health = info.get("health", {})
@@ -218,6 +235,7 @@ def render_inspection(info: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------- backup
+
 
 def backup_checkpoint(path: str | Path) -> Path:
     """Copy the checkpoint to ``<path>.bak-<UTC timestamp>`` and return the copy's path.

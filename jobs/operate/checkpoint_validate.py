@@ -10,7 +10,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.storage.checkpoints import CheckpointError, batch_ids, local_path, read_log_file, read_query_id, source_offsets
+from jobs.storage.checkpoints import (
+    CheckpointError,
+    batch_ids,
+    local_path,
+    read_log_file,
+    read_query_id,
+    source_offsets,
+)
 
 SIDES = ("left", "right")
 #: State files of the HDFS and RocksDB providers: <version>[_<checkpoint unique id>].<kind>
@@ -18,9 +25,11 @@ _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9A-Za-z-]+)?\.(changelog|zip|delta|snaps
 
 
 def _replay_hint(spec_arg: str = "<spec>") -> str:
-    return (f"Keep this checkpoint as it is; back it up (joinshift checkpoint backup --spec {spec_arg}) "
-            f"and rebuild the join from Kafka with `joinshift replay --spec {spec_arg}` (a fresh checkpoint "
-            "that re-reads both topics from their earliest offsets).")
+    return (
+        f"Keep this checkpoint as it is; back it up (joinshift checkpoint backup --spec {spec_arg}) "
+        f"and rebuild the join from Kafka with `joinshift replay --spec {spec_arg}` (a fresh checkpoint "
+        "that re-reads both topics from their earliest offsets)."
+    )
 
 
 def _offsets_conf(entries: list[Any]) -> dict[str, str]:
@@ -29,6 +38,7 @@ def _offsets_conf(entries: list[Any]) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------- validate
+
 
 @dataclass(frozen=True)
 class Issue:
@@ -70,8 +80,10 @@ class CheckpointHealth:
         head = f"checkpoint {self.path}: " + ("OK" if self.ok else f"BROKEN ({len(self.errors)} error(s))")
         lines = [head]
         if self.exists:
-            lines.append(f"  query id {self.query_id or '?'}, last committed batch "
-                         f"{_fmt(self.last_committed_batch)}, last planned batch {_fmt(self.last_planned_batch)}")
+            lines.append(
+                f"  query id {self.query_id or '?'}, last committed batch "
+                f"{_fmt(self.last_committed_batch)}, last planned batch {_fmt(self.last_planned_batch)}"
+            )
         lines += [f"  [{i.severity}] {i.code}: {i.message}" for i in self.issues]
         return "\n".join(lines)
 
@@ -80,8 +92,9 @@ def _fmt(v: Any) -> str:
     return "none" if v is None else str(v)
 
 
-def validate_checkpoint(path: str | Path, spec: Any = None, expected_query_id: str | None = None,
-                        spec_arg: str = "<spec>") -> CheckpointHealth:
+def validate_checkpoint(
+    path: str | Path, spec: Any = None, expected_query_id: str | None = None, spec_arg: str = "<spec>"
+) -> CheckpointHealth:
     """Find what is wrong with a checkpoint; read-only.
 
     With ``spec`` (a JoinSpec) the checkpoint is also checked against the current spec: two Kafka
@@ -92,10 +105,13 @@ def validate_checkpoint(path: str | Path, spec: Any = None, expected_query_id: s
     h = CheckpointHealth(path=str(cp), exists=cp.is_dir())
     hint = _replay_hint(spec_arg)
     if not h.exists:
-        h.add("no_checkpoint", "warning",
-              f"{cp} does not exist: the next start creates a fresh checkpoint and reads both topics from "
-              "the earliest offsets (that is a full replay). If a checkpoint was expected here, check "
-              "storage_root / the pipeline name; look for a backup next to it (<path>.bak-*).")
+        h.add(
+            "no_checkpoint",
+            "warning",
+            f"{cp} does not exist: the next start creates a fresh checkpoint and reads both topics from "
+            "the earliest offsets (that is a full replay). If a checkpoint was expected here, check "
+            "storage_root / the pipeline name; look for a backup next to it (<path>.bak-*).",
+        )
         return h
 
     # metadata: the query id
@@ -103,31 +119,48 @@ def validate_checkpoint(path: str | Path, spec: Any = None, expected_query_id: s
         h.query_id = read_query_id(cp)
     except CheckpointError as e:
         missing = not (cp / "metadata").exists()
-        h.add("missing_metadata" if missing else "corrupt_metadata", "error",
-              f"{e}. Spark would start under a NEW query id while resuming the old offsets, so the sink's "
-              "idempotent appends (Delta txnAppId = query id) no longer recognise re-run batches and "
-              f"can duplicate output. {hint}")
+        h.add(
+            "missing_metadata" if missing else "corrupt_metadata",
+            "error",
+            f"{e}. Spark would start under a NEW query id while resuming the old offsets, so the sink's "
+            "idempotent appends (Delta txnAppId = query id) no longer recognise re-run batches and "
+            f"can duplicate output. {hint}",
+        )
     if expected_query_id and h.query_id and h.query_id != expected_query_id:
-        h.add("query_id_mismatch", "error",
-              f"checkpoint query id {h.query_id} differs from the expected {expected_query_id} (the id that "
-              "last reported progress for this pipeline): the checkpoint was replaced or belongs to another "
-              f"query. Restarting from it would mix two queries' offsets and sink transaction ids. {hint}")
+        h.add(
+            "query_id_mismatch",
+            "error",
+            f"checkpoint query id {h.query_id} differs from the expected {expected_query_id} (the id that "
+            "last reported progress for this pipeline): the checkpoint was replaced or belongs to another "
+            f"query. Restarting from it would mix two queries' offsets and sink transaction ids. {hint}",
+        )
 
     # the logs
     offsets_dir, commits_dir = cp / "offsets", cp / "commits"
     offset_ids, commit_ids = batch_ids(offsets_dir), batch_ids(commits_dir)
     if not offsets_dir.is_dir() and (commits_dir.is_dir() or (cp / "state").is_dir()):
-        h.add("missing_offsets_dir", "error", f"{offsets_dir} is missing but the checkpoint has commits or "
-                                             f"state: the write-ahead log is gone. {hint}")
+        h.add(
+            "missing_offsets_dir",
+            "error",
+            f"{offsets_dir} is missing but the checkpoint has commits or state: the write-ahead log is gone. {hint}",
+        )
     parsed_offsets: dict[int, list[Any]] = {}
     for b in offset_ids:
         try:
             parsed_offsets[b] = read_log_file(offsets_dir / str(b), "offsets")[1]
         except CheckpointError as e:
             latest = b == offset_ids[-1]
-            h.add("corrupt_offsets", "error",
-                  f"{e}. " + ("This is the latest planned batch: Spark fails to restart on it. "
-                              if latest else "An older batch's offsets are unreadable. ") + hint)
+            h.add(
+                "corrupt_offsets",
+                "error",
+                f"{e}. "
+                + (
+                    "This is the latest planned batch: Spark fails to restart on it. "
+                    if latest
+                    else "An older batch's offsets are unreadable. "
+                )
+                + hint,
+            )
     for b in commit_ids:
         try:
             read_log_file(commits_dir / str(b), "commits")
@@ -141,20 +174,29 @@ def validate_checkpoint(path: str | Path, spec: Any = None, expected_query_id: s
     oldest = offset_ids[0] if offset_ids else -1
     orphan_commits = [b for b in commit_ids if b not in offset_ids and b >= oldest]
     if orphan_commits:
-        h.add("commit_without_offsets", "error",
-              f"commits exist for batch(es) {_ids(orphan_commits)} but {offsets_dir} has no file for them: "
-              f"the offsets those batches read are lost, so Spark cannot resume after them. {hint}")
+        h.add(
+            "commit_without_offsets",
+            "error",
+            f"commits exist for batch(es) {_ids(orphan_commits)} but {offsets_dir} has no file for them: "
+            f"the offsets those batches read are lost, so Spark cannot resume after them. {hint}",
+        )
     if h.last_committed_batch is not None and h.last_planned_batch is not None:
         ahead = h.last_planned_batch - h.last_committed_batch
         if ahead == 1:
-            h.add("batch_in_flight", "info",
-                  f"batch {h.last_planned_batch} was planned but not committed (the query stopped mid-batch): "
-                  "the restart re-runs it with the same offsets; the sink is idempotent.")
+            h.add(
+                "batch_in_flight",
+                "info",
+                f"batch {h.last_planned_batch} was planned but not committed (the query stopped mid-batch): "
+                "the restart re-runs it with the same offsets; the sink is idempotent.",
+            )
         elif ahead > 1:
-            h.add("planned_far_ahead", "warning",
-                  f"offsets go up to batch {h.last_planned_batch} but the last commit is {h.last_committed_batch}: "
-                  "Spark only plans one batch ahead, so commit files are missing. Back the checkpoint up before "
-                  "restarting.")
+            h.add(
+                "planned_far_ahead",
+                "warning",
+                f"offsets go up to batch {h.last_planned_batch} but the last commit is {h.last_committed_batch}: "
+                "Spark only plans one batch ahead, so commit files are missing. Back the checkpoint up before "
+                "restarting.",
+            )
     elif h.last_committed_batch is None and h.last_planned_batch is not None:
         h.add("batch_in_flight", "info", f"batch {h.last_planned_batch} was planned, nothing committed yet.")
 
@@ -179,9 +221,12 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
     state = cp / "state"
     needed = h.last_committed_batch + 1  # state version written by the last committed batch
     if not state.is_dir():
-        h.add("missing_state", "error",
-              f"{state} is missing but batches up to {h.last_committed_batch} are committed: the join's "
-              f"buffered rows (the window) are gone and Spark cannot load state version {needed}. {hint}")
+        h.add(
+            "missing_state",
+            "error",
+            f"{state} is missing but batches up to {h.last_committed_batch} are committed: the join's "
+            f"buffered rows (the window) are gone and Spark cannot load state version {needed}. {hint}",
+        )
         return
     operators = sorted(p for p in state.iterdir() if p.is_dir() and p.name.isdigit())
     if not operators:
@@ -196,15 +241,19 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
         if n_expected and len(parts) < n_expected:
             have = {int(p.name) for p in parts}
             missing = [i for i in range(n_expected) if i not in have]
-            h.add("missing_state", "error",
-                  f"{op}: state partition folder(s) {_ids(missing)} missing (the checkpoint has "
-                  f"{n_expected} state partitions). {hint}")
+            h.add(
+                "missing_state",
+                "error",
+                f"{op}: state partition folder(s) {_ids(missing)} missing (the checkpoint has "
+                f"{n_expected} state partitions). {hint}",
+            )
         for part in parts:
             if any(_STATE_FILE.match(f.name) for f in part.iterdir()):
                 stores = [part]  # an operator's single "default" store (e.g. the de-duplication) lives here
             else:  # the join's four named stores; SSTs/ is RocksDB's shared file folder, not a store
-                stores = [s for s in part.iterdir() if s.is_dir() and not s.name.startswith((".", "_"))
-                          and s.name != "SSTs"]
+                stores = [
+                    s for s in part.iterdir() if s.is_dir() and not s.name.startswith((".", "_")) and s.name != "SSTs"
+                ]
             if not stores:
                 h.add("missing_state", "error", f"{part}: no state store folders. {hint}")
             for store in stores:
@@ -212,28 +261,39 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
                 if not versions:
                     h.add("missing_state", "error", f"{store}: no state files (changelog/snapshot). {hint}")
                 elif max(versions) < needed:
-                    h.add("missing_state", "error",
-                          f"{store}: newest state version is {max(versions)} but batch {h.last_committed_batch} "
-                          f"is committed (needs version {needed}): state files are missing. {hint}")
+                    h.add(
+                        "missing_state",
+                        "error",
+                        f"{store}: newest state version is {max(versions)} but batch {h.last_committed_batch} "
+                        f"is committed (needs version {needed}): state files are missing. {hint}",
+                    )
 
 
 def _check_spec(h: CheckpointHealth, spec: Any, entries: list[Any], conf: dict[str, str], hint: str) -> None:
     sources = entries[1:]
     expected = {spec.left.topic, spec.right.topic}
     if len(sources) != 2:
-        h.add("incompatible_sources", "error",
-              f"the checkpoint has {len(sources)} source(s); the spec's join reads 2 (topics "
-              f"{spec.left.topic}, {spec.right.topic}). Spark does not allow changing the number of sources "
-              f"between restarts. {hint}")
+        h.add(
+            "incompatible_sources",
+            "error",
+            f"the checkpoint has {len(sources)} source(s); the spec's join reads 2 (topics "
+            f"{spec.left.topic}, {spec.right.topic}). Spark does not allow changing the number of sources "
+            f"between restarts. {hint}",
+        )
     topics = set(source_offsets(entries))
     if topics and topics != expected:
-        h.add("incompatible_topics", "error",
-              f"the checkpoint reads topic(s) {', '.join(sorted(topics))} but the spec joins "
-              f"{', '.join(sorted(expected))}: this checkpoint belongs to another spec (changing subscribed "
-              f"topics is not allowed between restarts; see joinshift plan). {hint}")
+        h.add(
+            "incompatible_topics",
+            "error",
+            f"the checkpoint reads topic(s) {', '.join(sorted(topics))} but the spec joins "
+            f"{', '.join(sorted(expected))}: this checkpoint belongs to another spec (changing subscribed "
+            f"topics is not allowed between restarts; see joinshift plan). {hint}",
+        )
     n = conf.get("spark.sql.shuffle.partitions")
     if n and n.isdigit() and int(n) != spec.streaming.shuffle_partitions:
-        h.add("shuffle_partitions_fixed", "warning",
-              f"the checkpoint's state has {n} partitions; the spec says streaming.shuffle_partitions="
-              f"{spec.streaming.shuffle_partitions}, which Spark ignores while this checkpoint is used.")
-
+        h.add(
+            "shuffle_partitions_fixed",
+            "warning",
+            f"the checkpoint's state has {n} partitions; the spec says streaming.shuffle_partitions="
+            f"{spec.streaming.shuffle_partitions}, which Spark ignores while this checkpoint is used.",
+        )

@@ -61,20 +61,29 @@ class Health:
         """One flat health sample (a JSON line, a Delta row)."""
         g = lambda d, k: d.get(k)  # noqa: E731
         return {
-            "sampled_at": iso(self.sampled_at), "state": self.state, "reason": self.reason, "pid": self.pid,
-            "last_batch_id": self.last_batch_id, "last_progress_at": iso(self.last_progress_at),
+            "sampled_at": iso(self.sampled_at),
+            "state": self.state,
+            "reason": self.reason,
+            "pid": self.pid,
+            "last_batch_id": self.last_batch_id,
+            "last_progress_at": iso(self.last_progress_at),
             "batch_duration_ms": self.batch_duration_ms,
-            "input_rate_left": g(self.input_rows_per_s, "left"), "input_rate_right": g(self.input_rows_per_s, "right"),
-            "state_rows": self.state_rows, "state_memory_bytes": self.state_memory_bytes,
-            "watermark": self.watermark, "dropped_by_watermark": self.dropped_by_watermark,
-            "lag_left": g(self.lag, "left"), "lag_right": g(self.lag, "right"),
+            "input_rate_left": g(self.input_rows_per_s, "left"),
+            "input_rate_right": g(self.input_rows_per_s, "right"),
+            "state_rows": self.state_rows,
+            "state_memory_bytes": self.state_memory_bytes,
+            "watermark": self.watermark,
+            "dropped_by_watermark": self.dropped_by_watermark,
+            "lag_left": g(self.lag, "left"),
+            "lag_right": g(self.lag, "right"),
             "oldest_unread_age_left_s": g(self.oldest_unread_age_s, "left"),
             "oldest_unread_age_right_s": g(self.oldest_unread_age_s, "right"),
         }
 
 
-def kafka_lag(spec: JoinSpec, progress: dict[str, Any], bootstrap: str, *, now: float | None = None,
-              timeout_s: float = 5) -> tuple[dict[str, int | None], dict[str, float | None]]:
+def kafka_lag(
+    spec: JoinSpec, progress: dict[str, Any], bootstrap: str, *, now: float | None = None, timeout_s: float = 5
+) -> tuple[dict[str, int | None], dict[str, float | None]]:
     """Per stream: records not read yet, and the age (s) of the oldest unread record."""
     done = end_offsets_read(progress)
     now = time.time() if now is None else now
@@ -89,9 +98,16 @@ def kafka_lag(spec: JoinSpec, progress: dict[str, Any], bootstrap: str, *, now: 
     return lag, age
 
 
-def health(spec: JoinSpec, s: Settings | None = None, *, now: float | None = None, stall_after_s: float = 120,
-           backlog_threshold_s: float = 600, process: StreamProcess | None = None,
-           bootstrap: str | None = None) -> Health:
+def health(
+    spec: JoinSpec,
+    s: Settings | None = None,
+    *,
+    now: float | None = None,
+    stall_after_s: float = 120,
+    backlog_threshold_s: float = 600,
+    process: StreamProcess | None = None,
+    bootstrap: str | None = None,
+) -> Health:
     """Classify the job from its process, its progress log and Kafka.
 
     * ``exited``: no live stream process;
@@ -153,11 +169,14 @@ def health(spec: JoinSpec, s: Settings | None = None, *, now: float | None = Non
     elif now - h.last_progress_at > stall_after_s and any(v is None or v > 0 for v in h.lag.values()):
         h.state = "stalled"
         h.reason = f"no micro-batch for {now - h.last_progress_at:.0f}s with lag {h.lag}"
-    elif all((h.lag.get(x) or 0) > 0 and (h.oldest_unread_age_s.get(x) or 0) > backlog_threshold_s
-             for x in ("left", "right")):
+    elif all(
+        (h.lag.get(x) or 0) > 0 and (h.oldest_unread_age_s.get(x) or 0) > backlog_threshold_s for x in ("left", "right")
+    ):
         h.state = "backlogged"
-        h.reason = (f"both streams behind: lag {h.lag}, oldest unread "
-                    f"{ {k: round(v or 0) for k, v in h.oldest_unread_age_s.items()} }s > {backlog_threshold_s}s")
+        h.reason = (
+            f"both streams behind: lag {h.lag}, oldest unread "
+            f"{ {k: round(v or 0) for k, v in h.oldest_unread_age_s.items()} }s > {backlog_threshold_s}s"
+        )
     return h
 
 
@@ -195,14 +214,23 @@ def load_health_table(spark, spec: JoinSpec, s: Settings | None = None) -> int:
     if not rows:
         return 0
     cols = [c.split()[0] for c in HEALTH_SCHEMA.split(", ")]
-    df = (spark.createDataFrame([tuple(r.get(c) for c in cols) for r in rows], HEALTH_SCHEMA)
-          .dropDuplicates(["sampled_at"]).withColumn("sampled_ts", F.to_timestamp("sampled_at")))
+    df = (
+        spark.createDataFrame([tuple(r.get(c) for c in cols) for r in rows], HEALTH_SCHEMA)
+        .dropDuplicates(["sampled_at"])
+        .withColumn("sampled_ts", F.to_timestamp("sampled_at"))
+    )
     path = Tables.of(spec, s)._t("stream_health")
     if not DeltaTable.isDeltaTable(spark, path):
         df.write.format("delta").mode("append").save(path)
     else:
-        (DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), "t.sampled_at = s.sampled_at")
-         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(df.alias("s"), "t.sampled_at = s.sampled_at")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
     return len(rows)
 
 
@@ -219,8 +247,12 @@ def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
     The join's state is one operator holding both sides (rows per side: ``checkpoint inspect``);
     the per-side event-id de-duplication operators are summed as ``dedup_state_rows``."""
     dur = (p.get("durationMs") or {}).get("triggerExecution")
-    row: dict[str, Any] = {"run_id": p.get("runId"), "batch_id": p.get("batchId"), "started_at": p.get("timestamp"),
-                           "batch_duration_ms": int(dur) if dur is not None else None}
+    row: dict[str, Any] = {
+        "run_id": p.get("runId"),
+        "batch_id": p.get("batchId"),
+        "started_at": p.get("timestamp"),
+        "batch_duration_ms": int(dur) if dur is not None else None,
+    }
     for side in ("left", "right"):
         srcs = [x for x in p.get("sources", []) if f"[{spec.side(side).topic}]" in x.get("description", "")]
         row[f"input_rows_{side}"] = sum(int(x.get("numInputRows") or 0) for x in srcs)
@@ -230,13 +262,17 @@ def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
     join = [o for o in ops if "join" in str(o.get("operatorName", "")).lower()]
     dedup = [o for o in ops if o not in join]
     total = lambda os_, k: sum(int(o.get(k) or 0) for o in os_)  # noqa: E731
-    row.update({
-        "join_state_rows": total(join, "numRowsTotal"), "join_state_memory_bytes": total(join, "memoryUsedBytes"),
-        "dedup_state_rows": total(dedup, "numRowsTotal"), "state_memory_bytes": total(ops, "memoryUsedBytes"),
-        "watermark": (p.get("eventTime") or {}).get("watermark"),
-        "dropped_by_watermark_join": total(join, "numRowsDroppedByWatermark"),
-        "dropped_by_watermark": total(ops, "numRowsDroppedByWatermark"),
-    })
+    row.update(
+        {
+            "join_state_rows": total(join, "numRowsTotal"),
+            "join_state_memory_bytes": total(join, "memoryUsedBytes"),
+            "dedup_state_rows": total(dedup, "numRowsTotal"),
+            "state_memory_bytes": total(ops, "memoryUsedBytes"),
+            "watermark": (p.get("eventTime") or {}).get("watermark"),
+            "dropped_by_watermark_join": total(join, "numRowsDroppedByWatermark"),
+            "dropped_by_watermark": total(ops, "numRowsDroppedByWatermark"),
+        }
+    )
     return row
 
 
@@ -257,13 +293,18 @@ def load_progress_table(spark, spec: JoinSpec, s: Settings | None = None) -> int
     if not rows:
         return 0
     cols = [c.split()[0] for c in PROGRESS_SCHEMA.split(", ")]
-    df = spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], PROGRESS_SCHEMA) \
-        .dropDuplicates(["run_id", "batch_id"])
+    df = spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], PROGRESS_SCHEMA).dropDuplicates(
+        ["run_id", "batch_id"]
+    )
     path = Tables.of(spec, s).stream_progress
     if not DeltaTable.isDeltaTable(spark, path):
         df.write.format("delta").mode("append").save(path)
     else:
-        (DeltaTable.forPath(spark, path).alias("t")
-         .merge(df.alias("s"), "t.run_id = s.run_id AND t.batch_id = s.batch_id")
-         .whenNotMatchedInsertAll().execute())
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(df.alias("s"), "t.run_id = s.run_id AND t.batch_id = s.batch_id")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
     return len(rows)

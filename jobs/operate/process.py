@@ -59,6 +59,7 @@ def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None
 
 # ------------------------------------------------------------------ the stream process
 
+
 class StreamProcess:
     """The continuous join of one pipeline as a separate, detached process.
 
@@ -68,8 +69,15 @@ class StreamProcess:
     ``<log_dir>/stream_join_<pipeline>.log``; a pid file records it for later supervisors.
     """
 
-    def __init__(self, spec_path: str | Path, spec: JoinSpec | None = None, s: Settings | None = None, *,
-                 trigger_interval: str | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        spec_path: str | Path,
+        spec: JoinSpec | None = None,
+        s: Settings | None = None,
+        *,
+        trigger_interval: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.spec_path = str(Path(spec_path).resolve())
         self.spec = spec or load_spec(self.spec_path)
         self.s = s or settings()
@@ -113,13 +121,23 @@ class StreamProcess:
         with open(self.log_file, "ab") as out:
             out.write(f"\n=== {_stamp()} start: {' '.join(self.command())}\n".encode())
             out.flush()
-            self._proc = subprocess.Popen(self.command(), cwd=str(PROJECT_ROOT), env=env, stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                self.command(),
+                cwd=str(PROJECT_ROOT),
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid, self.started_at = self._proc.pid, time.time()
         tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": self.pid, "started_at": self.started_at, "cmd": self.command(),
-                                   "log": str(self.log_file)}) + "\n")
+        tmp.write_text(
+            json.dumps(
+                {"pid": self.pid, "started_at": self.started_at, "cmd": self.command(), "log": str(self.log_file)}
+            )
+            + "\n"
+        )
         tmp.replace(self.pid_file)
         log.info("started stream process %s for %s (log %s)", self.pid, self.spec.pipeline, self.log_file)
         return self.pid

@@ -47,11 +47,11 @@ log = logging.getLogger("joinshift.replay")
 @dataclass
 class ReplayPlan:
     cutover: str
-    starts: dict[str, str]                      # topic -> replay start (arrival time, ISO)
-    offsets: dict[str, dict[str, int]]          # topic -> partition -> starting offset
+    starts: dict[str, str]  # topic -> replay start (arrival time, ISO)
+    offsets: dict[str, dict[str, int]]  # topic -> partition -> starting offset
     checkpoint: str
     backup: str | None = None
-    stopped_pid: int | None = None              # the supervised stream process the replay stopped
+    stopped_pid: int | None = None  # the supervised stream process the replay stopped
 
 
 def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
@@ -89,9 +89,16 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}"):
         plan.stopped_pid = stop_stream_process(spec, s)
         plan.backup = backup_and_clear(plan.checkpoint)
-        (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
-                                    starting_offsets={t: o for t, o in plan.offsets.items()},
-                                    owned_from=cutover)
+        (q,) = start_streaming_join(
+            spark,
+            spec,
+            bootstrap=bootstrap,
+            s=s,
+            available_now=True,
+            quarantine=False,
+            starting_offsets={t: o for t, o in plan.offsets.items()},
+            owned_from=cutover,
+        )
         q.awaitTermination()
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan

@@ -25,7 +25,7 @@ _PLACEHOLDER = re.compile(r"<([a-z][a-z ]*)>")
 
 @dataclass(frozen=True)
 class RunbookCommand:
-    line: str           # as written, placeholders and all
+    line: str  # as written, placeholders and all
     expect_exit: int
 
     @property
@@ -53,10 +53,17 @@ def values(spec_file: str, spec, s=None) -> dict:
     from jobs.storage.tables import Tables
 
     t = Tables.of(spec, s)
-    return {"spec_file": spec_file, "pipeline": spec.pipeline, "window": spec.window.label(),
-            "left_topic": spec.left.topic, "right_topic": spec.right.topic,
-            "checkpoint": t.checkpoint(), "output_table": t.output("stream"),
-            "baseline": spec.accuracy.baseline, "tolerance_pp": spec.accuracy.tolerance_pp}
+    return {
+        "spec_file": spec_file,
+        "pipeline": spec.pipeline,
+        "window": spec.window.label(),
+        "left_topic": spec.left.topic,
+        "right_topic": spec.right.topic,
+        "checkpoint": t.checkpoint(),
+        "output_table": t.output("stream"),
+        "baseline": spec.accuracy.baseline,
+        "tolerance_pp": spec.accuracy.tolerance_pp,
+    }
 
 
 def render(name: str, spec_file: str, s=None) -> str:
@@ -73,10 +80,14 @@ def render(name: str, spec_file: str, s=None) -> str:
     progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
     if progress:
         last = progress[-1]
-        text += ("\n---\nLast progress of the streaming join: batch {b} at {ts}, watermark {wm}, "
-                 "offsets {off}\n").format(b=last.get("batchId"), ts=last.get("timestamp"),
-                                            wm=(last.get("eventTime") or {}).get("watermark"),
-                                            off=json.dumps([src.get("endOffset") for src in last.get("sources", [])]))
+        text += (
+            "\n---\nLast progress of the streaming join: batch {b} at {ts}, watermark {wm}, offsets {off}\n"
+        ).format(
+            b=last.get("batchId"),
+            ts=last.get("timestamp"),
+            wm=(last.get("eventTime") or {}).get("watermark"),
+            off=json.dumps([src.get("endOffset") for src in last.get("sources", [])]),
+        )
     return text
 
 
@@ -89,5 +100,5 @@ def commands(text: str) -> list[RunbookCommand]:
             if not line or line.startswith("#"):
                 continue
             m = _EXIT.search(line)
-            out.append(RunbookCommand(line[:m.start()].rstrip() if m else line, int(m.group(1)) if m else 0))
+            out.append(RunbookCommand(line[: m.start()].rstrip() if m else line, int(m.group(1)) if m else 0))
     return out

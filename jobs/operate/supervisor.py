@@ -29,11 +29,13 @@ log = logging.getLogger("joinshift.supervisor")
 
 AlertHook = Callable[[str, str], None]
 
+
 def _now() -> float:
     return time.time()
 
 
 # ------------------------------------------------------------------ supervision
+
 
 @dataclass
 class SupervisionReport:
@@ -67,13 +69,25 @@ class Supervisor:
     and counts the checks as ``held``; when the hold ends it starts it.
     """
 
-    def __init__(self, spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path,
-                 stall_after_s: float = 120, backlog_threshold_s: float = 600, max_restarts: int = 10,
-                 backoff_s: Sequence[float] = (1, 2, 4, 8, 16, 32, 60), trigger_interval: str | None = None,
-                 on_alert: AlertHook | None = log_alert, stop: threading.Event | None = None,
-                 process: StreamProcess | None = None, bootstrap: str | None = None,
-                 env: dict[str, str] | None = None, on_restart: Callable[[dict[str, Any]], None] | None = None,
-                 memory: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        spec: JoinSpec,
+        s: Settings | None = None,
+        *,
+        spec_path: str | Path,
+        stall_after_s: float = 120,
+        backlog_threshold_s: float = 600,
+        max_restarts: int = 10,
+        backoff_s: Sequence[float] = (1, 2, 4, 8, 16, 32, 60),
+        trigger_interval: str | None = None,
+        on_alert: AlertHook | None = log_alert,
+        stop: threading.Event | None = None,
+        process: StreamProcess | None = None,
+        bootstrap: str | None = None,
+        env: dict[str, str] | None = None,
+        on_restart: Callable[[dict[str, Any]], None] | None = None,
+        memory: dict[str, Any] | None = None,
+    ):
         self.spec, self.s = spec, s or settings()
         self.stall_after_s, self.backlog_threshold_s = stall_after_s, backlog_threshold_s
         self.max_restarts, self.backoff_s = max_restarts, tuple(backoff_s)
@@ -87,8 +101,12 @@ class Supervisor:
         self.was_held: bool = m.get("was_held", False)
 
     def memory(self) -> dict[str, Any]:
-        return {"report": self.report.as_dict(), "in_a_row": self.in_a_row,
-                "batch_at_restart": self.batch_at_restart, "was_held": self.was_held}
+        return {
+            "report": self.report.as_dict(),
+            "in_a_row": self.in_a_row,
+            "batch_at_restart": self.batch_at_restart,
+            "was_held": self.was_held,
+        }
 
     def _wait(self, seconds: float) -> bool:
         """Sleep; False if ``stop`` was set meanwhile."""
@@ -103,8 +121,9 @@ class Supervisor:
         self.was_held = self.was_held or held is not None
         if not self.proc.alive() and not self.proc.find() and held is None:
             self.proc.start()
-            self.report.restarts.append({"at": iso(_now()), "reason": "not running", "backoff_s": 0,
-                                         "pid": self.proc.pid})
+            self.report.restarts.append(
+                {"at": iso(_now()), "reason": "not running", "backoff_s": 0, "pid": self.proc.pid}
+            )
         self.report.pid = self.proc.pid
 
     def check(self) -> bool:
@@ -117,24 +136,36 @@ class Supervisor:
         if held is not None:  # a replay owns the checkpoint: hands off
             report.checks += 1
             report.states["held"] = report.states.get("held", 0) + 1
-            report.last = {"sampled_at": iso(_now()), "state": "held",
-                           "reason": f"held by pid {held['pid']} since {held.get('since')}: {held.get('reason')}"}
+            report.last = {
+                "sampled_at": iso(_now()),
+                "state": "held",
+                "reason": f"held by pid {held['pid']} since {held.get('since')}: {held.get('reason')}",
+            }
             self.was_held = True
             return True
         if self.was_held:  # the hold ended (a replay finished): start from the new checkpoint, no backoff
             self.was_held = False
             if not proc.alive() and not proc.find():
                 proc.start()
-                report.restarts.append({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0,
-                                        "pid": proc.pid})
-        h = health(spec, s, stall_after_s=self.stall_after_s, backlog_threshold_s=self.backlog_threshold_s,
-                   process=proc, bootstrap=self.bootstrap)
+                report.restarts.append({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0, "pid": proc.pid})
+        h = health(
+            spec,
+            s,
+            stall_after_s=self.stall_after_s,
+            backlog_threshold_s=self.backlog_threshold_s,
+            process=proc,
+            bootstrap=self.bootstrap,
+        )
         report.checks += 1
         report.states[h.state] = report.states.get(h.state, 0) + 1
         report.last = h.row()
         write_health(None, spec, s, h)
-        if h.last_batch_id is not None and self.batch_at_restart is not None \
-                and h.last_batch_id != self.batch_at_restart and h.state in ("running", "backlogged"):
+        if (
+            h.last_batch_id is not None
+            and self.batch_at_restart is not None
+            and h.last_batch_id != self.batch_at_restart
+            and h.state in ("running", "backlogged")
+        ):
             self.in_a_row = 0
         if h.state == "backlogged":
             report.alerts.append({"kind": "backlogged", "message": h.reason})
@@ -166,8 +197,16 @@ class Supervisor:
         return True
 
 
-def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, checks: int = 54,
-              interval_s: float = 10, stop: threading.Event | None = None, **options: Any) -> SupervisionReport:
+def supervise(
+    spec: JoinSpec,
+    s: Settings | None = None,
+    *,
+    spec_path: str | Path,
+    checks: int = 54,
+    interval_s: float = 10,
+    stop: threading.Event | None = None,
+    **options: Any,
+) -> SupervisionReport:
     """Ensure the stream process runs, check it ``checks`` times every ``interval_s`` seconds, and
     restart it from its checkpoint when it exited or stalled (:class:`Supervisor`; ``options``
     are its keyword arguments). ``stop`` ends the loop early; the process keeps running either
@@ -184,8 +223,9 @@ def supervise(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Pat
     return sup.report
 
 
-def supervise_step(spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, watch: str,
-                   watch_s: float, **options: Any) -> tuple[bool, SupervisionReport]:
+def supervise_step(
+    spec: JoinSpec, s: Settings | None = None, *, spec_path: str | Path, watch: str, watch_s: float, **options: Any
+) -> tuple[bool, SupervisionReport]:
     """One poke of the ``joinshift_supervise`` sensor: one check of the watch ``watch`` (e.g. the
     Airflow run id), remembering backoff and the report across pokes in a file beside the pid
     file. Returns (the watch lasted ``watch_s``, the report so far)."""

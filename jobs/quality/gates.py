@@ -36,13 +36,21 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.join.columns import ARRIVAL_TIME
-from jobs.quality.suites import (ACCURACY_DIFF, ARRIVAL_DS, EXPECTATIONS_DIR, KINDS, LATENESS, RAW_KINDS, _gx,
-                                 load_suites)
+from jobs.quality.suites import (
+    ACCURACY_DIFF,
+    ARRIVAL_DS,
+    EXPECTATIONS_DIR,
+    KINDS,
+    LATENESS,
+    RAW_KINDS,
+    _gx,
+    load_suites,
+)
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 
@@ -53,9 +61,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("joinshift.quality")
 
 GATES_TABLE = "quality_gates"
-GATE_COLUMNS = "ds date, pipeline string, suite string, success boolean, evaluated int, failed int, " \
-               "summary string, failures string, checked_at timestamp"
+GATE_COLUMNS = (
+    "ds date, pipeline string, suite string, success boolean, evaluated int, failed int, "
+    "summary string, failures string, checked_at timestamp"
+)
 _EXAMPLES = 3
+
 
 class GateFailed(RuntimeError):
     """A data-quality gate failed; the message is the failed suites' readable summaries."""
@@ -82,11 +93,17 @@ class GateResult:
 
     def as_report(self) -> dict:
         """The report's ``gates`` entry (see :mod:`jobs.report`)."""
-        return {"suite": self.suite, "success": self.success, "evaluated": self.evaluated,
-                "failed": self.failed, "summary": self.summary}
+        return {
+            "suite": self.suite,
+            "success": self.success,
+            "evaluated": self.evaluated,
+            "failed": self.failed,
+            "summary": self.summary,
+        }
 
 
 # ---------------------------------------------------------------- frames and validation
+
 
 def prepare_frame(df: DataFrame, spec: JoinSpec, kind: str) -> DataFrame:
     """The frame a suite validates: a landed table gets the derived columns; others as they are."""
@@ -131,8 +148,7 @@ def _observed(r) -> str:
         text = f"{res['unexpected_count']} unexpected"
         examples = [x for x in (res.get("partial_unexpected_list") or []) if x is not None][:_EXAMPLES]
         if examples:
-            examples = [", ".join(_fmt(y) for y in x.values()) if isinstance(x, dict) else _fmt(x)
-                        for x in examples]
+            examples = [", ".join(_fmt(y) for y in x.values()) if isinstance(x, dict) else _fmt(x) for x in examples]
             text += " (e.g. " + "; ".join(examples) + ")"
         return text
     mismatched = (res.get("details") or {}).get("mismatched")
@@ -160,8 +176,7 @@ def _context():
     return context
 
 
-def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=None,
-                   note: str = "") -> GateResult:
+def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=None, note: str = "") -> GateResult:
     """Validate a (prepared) pyspark DataFrame against a suite with GX's Spark datasource."""
     context = context or _context()
     ds_name = "joinshift_spark"
@@ -170,8 +185,11 @@ def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=N
     except Exception:  # noqa: BLE001 (GX raises a lookup error of its own)
         source = context.data_sources.add_spark(name=ds_name)
     asset_name = f"{label}_{len(source.assets)}"
-    batch = (source.add_dataframe_asset(name=asset_name)
-             .add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": df}))
+    batch = (
+        source.add_dataframe_asset(name=asset_name)
+        .add_batch_definition_whole_dataframe("whole")
+        .get_batch(batch_parameters={"dataframe": df})
+    )
     # Pass 1 answers pass/fail only (a few Spark jobs); pass 2 re-runs just the failed
     # expectations for counts and examples, so a clean day pays for no detail it does not show.
     res = batch.validate(suite, result_format="BOOLEAN_ONLY")
@@ -180,14 +198,23 @@ def validate_frame(df: DataFrame, suite: ExpectationSuite, label: str, context=N
     if failed:
         gx = _gx()
         again = gx.ExpectationSuite(name=f"{suite.name}.failed", expectations=[c.to_domain_obj() for c in failed])
-        detail = {_key(r.expectation_config): r for r in batch.validate(
-            again, result_format={"result_format": "BASIC", "partial_unexpected_count": 10}).results}
+        detail = {
+            _key(r.expectation_config): r
+            for r in batch.validate(
+                again, result_format={"result_format": "BASIC", "partial_unexpected_count": 10}
+            ).results
+        }
     order = {_key(e.configuration): i for i, e in enumerate(suite.expectations)}
     failures = []
     for c in sorted(failed, key=lambda c: order.get(_key(c), len(order))):
         r = detail.get(_key(c))
-        failures.append({"expectation": c.type, "column": _column_label(c.kwargs),
-                         "observed": _observed(r) if r is not None and not r.success else "failed"})
+        failures.append(
+            {
+                "expectation": c.type,
+                "column": _column_label(c.kwargs),
+                "observed": _observed(r) if r is not None and not r.success else "failed",
+            }
+        )
     evaluated = len(res.results)
     summary = f"{label}: {evaluated - len(failures)}/{evaluated} passed"
     if note:
@@ -202,8 +229,9 @@ def _skipped(kind: str, why: str) -> GateResult:
     return GateResult(kind, None, 0, 0, f"{kind}: skipped: {why}")
 
 
-def accuracy_frame(spark: SparkSession, spec: JoinSpec, ds: date,
-                   metrics: Sequence[dict]) -> tuple[DataFrame | None, str]:
+def accuracy_frame(
+    spark: SparkSession, spec: JoinSpec, ds: date, metrics: Sequence[dict]
+) -> tuple[DataFrame | None, str]:
     """The accuracy gate's one-row frame from the metrics rows of ``ds``, or (None, why not)."""
     base = spec.accuracy.baseline
     rows = {m["variant"]: m for m in metrics if m["ds"] == ds}
@@ -216,13 +244,22 @@ def accuracy_frame(spark: SparkSession, spec: JoinSpec, ds: date,
     diff = round(100 * (s - b), 9)  # rounding keeps an exact −tolerance from failing on float noise
     df = spark.createDataFrame(
         [(ds, float(s), float(b), diff)],
-        f"ds date, stream_match_rate double, baseline_match_rate double, {ACCURACY_DIFF} double")
+        f"ds date, stream_match_rate double, baseline_match_rate double, {ACCURACY_DIFF} double",
+    )
     return df, f"stream {100 * s:.2f}% vs {base} {100 * b:.2f}%"
 
 
-def run_gates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, *,
-              kinds: Sequence[str] = KINDS, suites: dict[str, ExpectationSuite] | None = None,
-              suites_dir: str | Path | None = None, output_variant: str = "stream") -> list[GateResult]:
+def run_gates(
+    spark: SparkSession,
+    spec: JoinSpec,
+    ds: date,
+    s: Settings | None = None,
+    *,
+    kinds: Sequence[str] = KINDS,
+    suites: dict[str, ExpectationSuite] | None = None,
+    suites_dir: str | Path | None = None,
+    output_variant: str = "stream",
+) -> list[GateResult]:
     """Validate the ds partition of the landed tables, the join output and the accuracy.
 
     Suites come from the file context (``suites_dir``, default ``expectations/``) unless given.
@@ -246,8 +283,10 @@ def run_gates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None 
             if not delta_io.table_exists(spark, tables.match_metrics):
                 results.append(_skipped(kind, f"table missing ({tables.match_metrics})"))
                 continue
-            metrics = [r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
-                       .where(F.col("ds") == F.lit(ds)).collect()]
+            metrics = [
+                r.asDict()
+                for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") == F.lit(ds)).collect()
+            ]
             df, note = accuracy_frame(spark, spec, ds, metrics)
             if df is None:
                 results.append(_skipped(kind, note))
@@ -264,8 +303,7 @@ def run_gates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None 
         df = df.coalesce(1).persist()
         try:
             n = df.count()
-            label = kind if kind != "join_output" or output_variant == "stream" \
-                else f"{kind}[{output_variant}]"
+            label = kind if kind != "join_output" or output_variant == "stream" else f"{kind}[{output_variant}]"
             results.append(validate_frame(df, suites[kind], label, context, f"{n} rows"))
         finally:
             df.unpersist()
@@ -281,14 +319,17 @@ def gates_path(spec: JoinSpec, s: Settings | None = None) -> str:
     return Tables.of(spec, s)._t(GATES_TABLE)
 
 
-def write_gate_results(spark: SparkSession, spec: JoinSpec, ds: date, results: Sequence[GateResult],
-                       s: Settings | None = None) -> str:
+def write_gate_results(
+    spark: SparkSession, spec: JoinSpec, ds: date, results: Sequence[GateResult], s: Settings | None = None
+) -> str:
     """Replace the ds partition of the gate results table with one row per suite; returns its path."""
     from jobs.storage import delta_io
 
-    now = datetime.now(timezone.utc)
-    rows = [(ds, spec.pipeline, r.suite, r.success, r.evaluated, r.failed, r.summary,
-             json.dumps(r.failures), now) for r in results]
+    now = datetime.now(UTC)
+    rows = [
+        (ds, spec.pipeline, r.suite, r.success, r.evaluated, r.failed, r.summary, json.dumps(r.failures), now)
+        for r in results
+    ]
     path = gates_path(spec, s)
     delta_io.replace_partitions(spark.createDataFrame(rows, GATE_COLUMNS), path, {"ds": [ds]})
     return path
@@ -299,14 +340,23 @@ def assert_gates(results: Sequence[GateResult], *, allow_skipped: bool = True) -
     and ``allow_skipped`` is False); the message is the summaries of those gates."""
     bad = [r for r in results if r.success is False or (r.skipped and not allow_skipped)]
     if bad:
-        raise GateFailed(f"{len(bad)} of {len(results)} data quality gate"
-                         f"{'s' if len(results) != 1 else ''} failed:\n" + "\n".join(r.summary for r in bad))
+        raise GateFailed(
+            f"{len(bad)} of {len(results)} data quality gate"
+            f"{'s' if len(results) != 1 else ''} failed:\n" + "\n".join(r.summary for r in bad)
+        )
 
 
 # ---------------------------------------------------------------- CLI
 
 
 __all__ = [
-    "GateFailed", "GateResult", "accuracy_frame", "assert_gates", "gates_path", "prepare_frame", "run_gates",
-    "validate_frame", "write_gate_results",
+    "GateFailed",
+    "GateResult",
+    "accuracy_frame",
+    "assert_gates",
+    "gates_path",
+    "prepare_frame",
+    "run_gates",
+    "validate_frame",
+    "write_gate_results",
 ]

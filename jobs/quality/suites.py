@@ -74,8 +74,12 @@ ARRIVAL_DS = "_gx_arrival_ds"
 ACCURACY_DIFF = "stream_minus_baseline_pp"
 #: Spec column types -> the Spark type names ``expect_column_values_to_be_of_type`` compares.
 SPARK_TYPE_NAMES = {
-    "string": "StringType", "int": "IntegerType", "long": "LongType", "double": "DoubleType",
-    "boolean": "BooleanType", "timestamp": "TimestampType",
+    "string": "StringType",
+    "int": "IntegerType",
+    "long": "LongType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "timestamp": "TimestampType",
 }
 
 #: The file context's configuration: suites on disk, every other store in memory, no data docs.
@@ -123,6 +127,7 @@ def _gx():
 
 # ---------------------------------------------------------------- suites from the spec
 
+
 def suite_name(spec: JoinSpec, kind: str) -> str:
     return f"{spec.pipeline}.{kind}"
 
@@ -134,11 +139,14 @@ def _raw_expectations(spec: JoinSpec, side: str) -> list:
     v = spec.timestamp_validity
     past, future = int(v.max_past.total_seconds()), int(v.max_future.total_seconds())
     columns = [*st.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds"]
-    types = {**{c: SPARK_TYPE_NAMES[t] for c, t in st.schema_.items()},
-             ARRIVAL_TIME: "TimestampType", "ds": "DateType"}
-    ex: list = [gxe.ExpectTableColumnsToMatchSet(
-        column_set=columns, exact_match=False,
-        description="the landed table has the schema columns, arrival time, Kafka position and ds")]
+    types = {**{c: SPARK_TYPE_NAMES[t] for c, t in st.schema_.items()}, ARRIVAL_TIME: "TimestampType", "ds": "DateType"}
+    ex: list = [
+        gxe.ExpectTableColumnsToMatchSet(
+            column_set=columns,
+            exact_match=False,
+            description="the landed table has the schema columns, arrival time, Kafka position and ds",
+        )
+    ]
     ex += [gxe.ExpectColumnValuesToBeOfType(column=c, type_=t) for c, t in types.items()]
     ex += [gxe.ExpectColumnValuesToNotBeNull(column=k, description="join key") for k in st.key]
     ex += [
@@ -146,14 +154,18 @@ def _raw_expectations(spec: JoinSpec, side: str) -> list:
         gxe.ExpectColumnValuesToBeUnique(column=st.id, description="event id unique within the ds"),
         gxe.ExpectColumnValuesToNotBeNull(column=st.event_time, description="event time"),
         gxe.ExpectColumnValuesToBeBetween(
-            column=LATENESS, min_value=-future, max_value=past,
+            column=LATENESS,
+            min_value=-future,
+            max_value=past,
             description=f"derived {LATENESS} = {ARRIVAL_TIME} - {st.event_time} in seconds: the event "
-                        f"time is within [arrival - {format_duration(v.max_past)}, "
-                        f"arrival + {format_duration(v.max_future)}] (timestamp_validity)"),
+            f"time is within [arrival - {format_duration(v.max_past)}, "
+            f"arrival + {format_duration(v.max_future)}] (timestamp_validity)",
+        ),
         gxe.ExpectColumnPairValuesToBeEqual(
-            column_A="ds", column_B=ARRIVAL_DS,
-            description=f"derived {ARRIVAL_DS} = date of {ARRIVAL_TIME} in {spec.timezone}: "
-                        "ds is the arrival date"),
+            column_A="ds",
+            column_B=ARRIVAL_DS,
+            description=f"derived {ARRIVAL_DS} = date of {ARRIVAL_TIME} in {spec.timezone}: ds is the arrival date",
+        ),
     ]
     return ex
 
@@ -166,22 +178,29 @@ def _output_expectations(spec: JoinSpec) -> list:
 
     left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
     ex: list = [
-        gxe.ExpectTableColumnsToMatchSet(column_set=output_columns(spec), exact_match=True,
-                                         description="the join output's columns"),
+        gxe.ExpectTableColumnsToMatchSet(
+            column_set=output_columns(spec), exact_match=True, description="the join output's columns"
+        ),
         gxe.ExpectColumnValuesToNotBeNull(column=left_id, description="every row has a left event"),
-        gxe.ExpectCompoundColumnsToBeUnique(column_list=[left_id, right_id],
-                                            description="no (left id, right id) pair twice"),
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=[left_id, right_id], description="no (left id, right id) pair twice"
+        ),
     ]
     if spec.join.cardinality == Cardinality.one_to_one:
-        ex.append(gxe.ExpectColumnValuesToBeUnique(
-            column=left_id, description="1-to-1: at most one row per left event"))
+        ex.append(
+            gxe.ExpectColumnValuesToBeUnique(column=left_id, description="1-to-1: at most one row per left event")
+        )
     if spec.join.type == JoinType.left_outer:
         for c in side_columns(spec, "right"):
             name = col_name("right", c)
             if name != right_id:
-                ex.append(gxe.ExpectColumnValuesToBeNull(
-                    column=name, row_condition=Cond(right_id).is_null(),
-                    description="left outer: an unmatched row has nulls on the whole right side"))
+                ex.append(
+                    gxe.ExpectColumnValuesToBeNull(
+                        column=name,
+                        row_condition=Cond(right_id).is_null(),
+                        description="left outer: an unmatched row has nulls on the whole right side",
+                    )
+                )
     else:
         ex.append(gxe.ExpectColumnValuesToNotBeNull(column=right_id, description="inner: every row matched"))
     return ex
@@ -191,9 +210,13 @@ def _accuracy_expectations(spec: JoinSpec) -> list:
     import great_expectations.expectations as gxe
 
     tol = spec.accuracy.tolerance_pp
-    return [gxe.ExpectColumnValuesToBeBetween(
-        column=ACCURACY_DIFF, min_value=-tol,
-        description=f"stream match rate >= {spec.accuracy.baseline} match rate - {tol} pp")]
+    return [
+        gxe.ExpectColumnValuesToBeBetween(
+            column=ACCURACY_DIFF,
+            min_value=-tol,
+            description=f"stream match rate >= {spec.accuracy.baseline} match rate - {tol} pp",
+        )
+    ]
 
 
 def build_suites(spec: JoinSpec) -> dict[str, ExpectationSuite]:
@@ -208,11 +231,12 @@ def build_suites(spec: JoinSpec) -> dict[str, ExpectationSuite]:
     }
     return {
         kind: gx.ExpectationSuite(
-            name=suite_name(spec, kind), expectations=ex,
+            name=suite_name(spec, kind),
+            expectations=ex,
             meta={"pipeline": spec.pipeline, "kind": kind},
             notes=f"Generated from the join spec of pipeline {spec.pipeline!r} by "
-                  "`joinshift quality write-suites`; the gates read this file, edit it freely "
-                  "(check-suites reports drift from the spec)."
+            "`joinshift quality write-suites`; the gates read this file, edit it freely "
+            "(check-suites reports drift from the spec).",
         )
         for kind, ex in built.items()
     }
@@ -250,14 +274,16 @@ def write_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR) -> list[Pa
     return paths
 
 
-def load_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR,
-                kinds: Sequence[str] = KINDS) -> dict[str, ExpectationSuite]:
+def load_suites(
+    spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR, kinds: Sequence[str] = KINDS
+) -> dict[str, ExpectationSuite]:
     """The spec's suites as stored in the file context at ``root``, keyed by kind."""
     root = Path(root)
     if not (root / "great_expectations.yml").is_file():
         raise FileNotFoundError(
             f"no Great Expectations context at {root} (great_expectations.yml missing); "
-            f"run `joinshift quality write-suites --spec <spec>`")
+            f"run `joinshift quality write-suites --spec <spec>`"
+        )
     gx = _gx()
     context = gx.get_context(mode="file", context_root_dir=str(root))
     out = {}
@@ -265,7 +291,8 @@ def load_suites(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR,
         if not _suite_path(root, spec, kind).is_file():
             raise FileNotFoundError(
                 f"suite {suite_name(spec, kind)} missing: {_suite_path(root, spec, kind)}; run "
-                f"`joinshift quality write-suites --spec include/specs/{spec.pipeline}.yaml`")
+                f"`joinshift quality write-suites --spec include/specs/{spec.pipeline}.yaml`"
+            )
         out[kind] = context.suites.get(suite_name(spec, kind))
     return out
 
@@ -282,7 +309,18 @@ def suites_out_of_sync(spec: JoinSpec, root: str | Path = EXPECTATIONS_DIR) -> l
 
 
 __all__ = [
-    "ACCURACY_DIFF", "ARRIVAL_DS", "CONTEXT_CONFIG", "EXPECTATIONS_DIR", "KINDS", "LATENESS", "RAW_KINDS",
-    "SPARK_TYPE_NAMES", "build_suites", "load_suites", "suite_dict", "suite_name", "suites_out_of_sync",
+    "ACCURACY_DIFF",
+    "ARRIVAL_DS",
+    "CONTEXT_CONFIG",
+    "EXPECTATIONS_DIR",
+    "KINDS",
+    "LATENESS",
+    "RAW_KINDS",
+    "SPARK_TYPE_NAMES",
+    "build_suites",
+    "load_suites",
+    "suite_dict",
+    "suite_name",
+    "suites_out_of_sync",
     "write_suites",
 ]

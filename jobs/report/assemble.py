@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,20 @@ HIST_BINS = 30
 
 
 def _spec_summary(spec: JoinSpec) -> dict:
-    return {"window": spec.window.label(), "left_watermark": format_duration(spec.left.watermark_delay),
-            "right_watermark": format_duration(spec.right.watermark_delay), "join_type": spec.join.type.value,
-            "cardinality": spec.join.cardinality.value, "baseline": spec.accuracy.baseline,
-            "tolerance_pp": spec.accuracy.tolerance_pp}
+    return {
+        "window": spec.window.label(),
+        "left_watermark": format_duration(spec.left.watermark_delay),
+        "right_watermark": format_duration(spec.right.watermark_delay),
+        "join_type": spec.join.type.value,
+        "cardinality": spec.join.cardinality.value,
+        "baseline": spec.accuracy.baseline,
+        "tolerance_pp": spec.accuracy.tolerance_pp,
+    }
 
 
 def _boundary_deltas(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
-    from jobs.storage import delta_io
     from jobs.accuracy.compare import WINDOWED_VARIANTS, boundary_deltas
+    from jobs.storage import delta_io
 
     span = max(spec.window.span_seconds, 1)
     width = span / HIST_BINS
@@ -46,12 +51,16 @@ def _boundary_deltas(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> d
     out = {}
     metrics = {}
     if delta_io.table_exists(spark, tables.match_metrics):
-        metrics = {r["variant"]: r.asDict() for r in spark.read.format("delta").load(tables.match_metrics)
-                   .where(F.col("ds") == F.lit(ds)).collect()}
+        metrics = {
+            r["variant"]: r.asDict()
+            for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") == F.lit(ds)).collect()
+        }
     for variant in WINDOWED_VARIANTS:
         if not delta_io.table_exists(spark, tables.output(variant)):
             continue
-        d = boundary_deltas(spark.read.format("delta").load(tables.output(variant)).where(F.col("ds") == F.lit(ds)), spec)
+        d = boundary_deltas(
+            spark.read.format("delta").load(tables.output(variant)).where(F.col("ds") == F.lit(ds)), spec
+        )
         entry = {k: v for k, v in metrics.get(variant, {}).items() if k.startswith("to_")}
         for col in ("to_lower", "to_upper"):
             b = F.least(F.greatest(F.floor(F.col(f"{col}_s") / width), F.lit(0)), F.lit(HIST_BINS - 1))
@@ -65,28 +74,39 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
     """PT series per stream over the day's arrivals (paper §5.3, Fig. 12) and the share behind PT."""
     import numpy as np
 
-    from jobs.storage import delta_io
     from jobs.accuracy.lateness import lateness_behind_pt, recommend_watermark_delay, share_behind_pt
     from jobs.accuracy.pt_estimator import pt_series
+    from jobs.storage import delta_io
 
     series, advice = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
-        pdf = (delta_io.read_table(spark, tables.landed(side)).where(F.col("ds") == F.lit(ds))
-               .select(F.unix_millis("_arrival_time").alias("a"), F.unix_millis(st.event_time).alias("e")).toPandas())
+        pdf = (
+            delta_io.read_table(spark, tables.landed(side))
+            .where(F.col("ds") == F.lit(ds))
+            .select(F.unix_millis("_arrival_time").alias("a"), F.unix_millis(st.event_time).alias("e"))
+            .toPandas()
+        )
         if pdf.empty:
             continue
         a, e = pdf.a.to_numpy(np.int64), pdf.e.to_numpy(np.int64)
         s = pt_series(a, e, batch_ms)
-        series[side] = [{"batch_end_ms": int(r.batch_end_ms), "pt_delay_ms": None if r.pt_delay_ms != r.pt_delay_ms else float(r.pt_delay_ms),
-                         "window_batches": int(r.window_batches),
-                         "accuracy": None if r.accuracy != r.accuracy else float(r.accuracy)}
-                        for r in s.itertuples()]
+        series[side] = [
+            {
+                "batch_end_ms": int(r.batch_end_ms),
+                "pt_delay_ms": None if r.pt_delay_ms != r.pt_delay_ms else float(r.pt_delay_ms),
+                "window_batches": int(r.window_batches),
+                "accuracy": None if r.accuracy != r.accuracy else float(r.accuracy),
+            }
+            for r in s.itertuples()
+        ]
         late = lateness_behind_pt(s, a, e)
         late = late[~np.isnan(late)]
-        advice[side] = {"recommended_delay_s": recommend_watermark_delay(late, 0.001) / 1000 if len(late) else None,
-                        "share_behind_pt": share_behind_pt(late) if len(late) else None,
-                        "basis": "PT estimator (paper §5.3): lateness behind the estimated processing time"}
+        advice[side] = {
+            "recommended_delay_s": recommend_watermark_delay(late, 0.001) / 1000 if len(late) else None,
+            "share_behind_pt": share_behind_pt(late) if len(late) else None,
+            "basis": "PT estimator (paper §5.3): lateness behind the estimated processing time",
+        }
     return series, advice
 
 
@@ -96,8 +116,10 @@ def _gates(spark: SparkSession, tables, ds: date) -> list[dict]:
     path = tables._t("quality_gates")
     if not delta_io.table_exists(spark, path):
         return []
-    return [{k: r[k] for k in ("suite", "success", "evaluated", "failed", "summary") if k in r}
-            for r in (x.asDict() for x in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds)).collect())]
+    return [
+        {k: r[k] for k in ("suite", "success", "evaluated", "failed", "summary") if k in r}
+        for r in (x.asDict() for x in spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds)).collect())
+    ]
 
 
 def _quarantine(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
@@ -106,9 +128,14 @@ def _quarantine(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
     if not delta_io.table_exists(spark, tables.quarantine):
         return {}
     q = {}
-    rows = (spark.read.format("delta").load(tables.quarantine)
-            .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
-            .groupBy("stream", "reason").count().collect())
+    rows = (
+        spark.read.format("delta")
+        .load(tables.quarantine)
+        .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
+        .groupBy("stream", "reason")
+        .count()
+        .collect()
+    )
     names = {spec.left.name: "left", spec.right.name: "right"}
     for r in rows:
         q.setdefault(names.get(r["stream"], r["stream"]), {})[r["reason"]] = r["count"]
@@ -133,31 +160,51 @@ def _adapter(key: str):
 
 def _recommendation(rec) -> tuple[list[dict], dict]:
     """The sweep and the recommendation sections of a :class:`jobs.accuracy.recommend.Recommendation`."""
-    sweep = [{"lower_s": p.lower_s, "upper_s": p.upper_s, "match_rate": p.predicted_match_rate,
-              "batch_match_rate": p.batch_match_rate, "predicted_memory_bytes": p.predicted_memory_bytes,
-              "output_latency_s": p.output_latency_s, "recovery_s": p.recovery_s} for p in rec.candidates]
+    sweep = [
+        {
+            "lower_s": p.lower_s,
+            "upper_s": p.upper_s,
+            "match_rate": p.predicted_match_rate,
+            "batch_match_rate": p.batch_match_rate,
+            "predicted_memory_bytes": p.predicted_memory_bytes,
+            "output_latency_s": p.output_latency_s,
+            "recovery_s": p.recovery_s,
+        }
+        for p in rec.candidates
+    ]
     c, d = rec.chosen, rec.deployed
     return sweep, {
-        "window": c.label(), "lower_s": c.lower_s, "upper_s": c.upper_s,
-        "left_watermark_s": rec.left_watermark_s, "right_watermark_s": rec.right_watermark_s,
-        "predicted_match_rate": c.predicted_match_rate, "baseline_match_rate": rec.baseline_match_rate,
-        "target_share": rec.target_share, "predicted_memory_bytes": c.predicted_memory_bytes,
-        "output_latency_s": c.output_latency_s, "recovery_s": c.recovery_s,
-        "deployed": {"window": d.label(), "match_rate": d.predicted_match_rate, "memory_bytes": d.predicted_memory_bytes},
+        "window": c.label(),
+        "lower_s": c.lower_s,
+        "upper_s": c.upper_s,
+        "left_watermark_s": rec.left_watermark_s,
+        "right_watermark_s": rec.right_watermark_s,
+        "predicted_match_rate": c.predicted_match_rate,
+        "baseline_match_rate": rec.baseline_match_rate,
+        "target_share": rec.target_share,
+        "predicted_memory_bytes": c.predicted_memory_bytes,
+        "output_latency_s": c.output_latency_s,
+        "recovery_s": c.recovery_s,
+        "deployed": {
+            "window": d.label(),
+            "match_rate": d.predicted_match_rate,
+            "memory_bytes": d.predicted_memory_bytes,
+        },
         "reasons": rec.reasons,
         "lateness": {k: asdict(v) for k, v in rec.lateness.items()},
     }
 
 
-def build_report(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
-                 learn_days: list[date] | None = None) -> tuple[ReportData, Any]:
+def build_report(
+    spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, learn_days: list[date] | None = None
+) -> tuple[ReportData, Any]:
     """Everything the renderer shows for one ds, typed, and the recommendation it came with
     (a :class:`jobs.accuracy.recommend.Recommendation`, None when it could not be made: the
     caller saves it). Each section is built and validated on its own: one that fails is left
     out with a warning, never costing the whole report."""
-    from jobs.storage import delta_io
     from jobs.accuracy.attribution import attribute_misses
     from jobs.accuracy.recommend import recommend
+    from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
@@ -167,10 +214,20 @@ def build_report(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | No
     def match_rates() -> list[dict] | None:
         if not delta_io.table_exists(spark, tables.match_metrics):
             return None
-        return [{"ds": str(r["ds"]), "variant": r["variant"], "left_events": r["left_events"],
-                 "matched_left": r["matched_left"], "match_rate": r["match_rate"]}
-                for r in spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") <= F.lit(ds))
-                .orderBy("ds", "variant").collect()]
+        return [
+            {
+                "ds": str(r["ds"]),
+                "variant": r["variant"],
+                "left_events": r["left_events"],
+                "matched_left": r["matched_left"],
+                "match_rate": r["match_rate"],
+            }
+            for r in spark.read.format("delta")
+            .load(tables.match_metrics)
+            .where(F.col("ds") <= F.lit(ds))
+            .orderBy("ds", "variant")
+            .collect()
+        ]
 
     def pt() -> dict:
         series, advice = _pt(spark, spec, tables, ds)
@@ -198,14 +255,20 @@ def build_report(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | No
             log.warning("report %s: %s unavailable: %s", ds, name, exc)
             continue
         sections.update(built)
-    data = ReportData(pipeline=spec.pipeline, ds=str(ds), spec=_spec_summary(spec),
-                      generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                      **sections, runbooks=runbooks())
+    data = ReportData(
+        pipeline=spec.pipeline,
+        ds=str(ds),
+        spec=_spec_summary(spec),
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        **sections,
+        runbooks=runbooks(),
+    )
     return data, rec
 
 
-def publish(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
-            learn_days: list[date] | None = None):
+def publish(
+    spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, learn_days: list[date] | None = None
+):
     """Build, render and publish one ds's report; save the recommendation. Returns the files."""
     from jobs.accuracy.recommend import save
     from jobs.report.render import publish_report
@@ -218,4 +281,3 @@ def publish(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = 
     files = publish_report(data, Path(tables.settings.path("reports")))
     log.info("accuracy report for %s ds=%s: %s", spec.pipeline, ds, files.html)
     return files
-

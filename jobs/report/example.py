@@ -1,8 +1,8 @@
 """A realistic example report for ``search_sessions``: for tests, UI work, screenshots and demos.
 
-    from jobs.report import example_data, publish_report
-    files = publish_report(example_data(), Path("var/reports"))
-    files.html          # var/reports/search_sessions/2026-11-20/report.html
+from jobs.report import example_data, publish_report
+files = publish_report(example_data(), Path("var/reports"))
+files.html          # var/reports/search_sessions/2026-11-20/report.html
 """
 
 from __future__ import annotations
@@ -30,21 +30,29 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
     for d in dss:
         n = int(rng.integers(19000, 23000))
         base = 0.9323 + rng.normal(0, 0.0025)
-        rates = {"batch_1d_1d": base, "batch_1d_2d": base + 0.0084 + rng.normal(0, 0.0006),
-                 "batch_1d_windowed": base - 0.0074 + rng.normal(0, 0.0008)}
+        rates = {
+            "batch_1d_1d": base,
+            "batch_1d_2d": base + 0.0084 + rng.normal(0, 0.0006),
+            "batch_1d_windowed": base - 0.0074 + rng.normal(0, 0.0008),
+        }
         rates["stream"] = rates["batch_1d_windowed"] - 0.0005 + rng.normal(0, 0.0012)
         for v in VARIANTS:
             matched = int(round(n * rates[v]))
-            match_rates.append({"ds": d, "variant": v, "left_events": n, "matched_left": matched,
-                                "match_rate": round(matched / n, 6)})
+            match_rates.append(
+                {"ds": d, "variant": v, "left_events": n, "matched_left": matched, "match_rate": round(matched / n, 6)}
+            )
 
     # §6.5: clicks follow responses by seconds to minutes, a few by up to the upper bound
     lower_s, upper_s = -10800, 1800
 
     def deltas(n: int, tail: float) -> dict:
-        offs = np.concatenate([rng.gamma(1.6, 240, int(n * (1 - tail))),
-                               rng.uniform(0, upper_s, int(n * tail)),
-                               -rng.exponential(1500, int(n * 0.02))])
+        offs = np.concatenate(
+            [
+                rng.gamma(1.6, 240, int(n * (1 - tail))),
+                rng.uniform(0, upper_s, int(n * tail)),
+                -rng.exponential(1500, int(n * 0.02)),
+            ]
+        )
         offs = offs[(offs >= lower_s) & (offs <= upper_s)]
         to_lower, to_upper = offs - lower_s, upper_s - offs
         out = {}
@@ -61,8 +69,7 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
     # Fig 9/10: match rate saturates with the upper bound, barely moves with the look-back;
     # anchored so that the deployed window predicts today's stream match rate
     stream_today = next(r["match_rate"] for r in match_rates if r["ds"] == ds and r["variant"] == "stream")
-    base_today = next(r["match_rate"] for r in match_rates
-                      if r["ds"] == ds and r["variant"] == "batch_1d_windowed")
+    base_today = next(r["match_rate"] for r in match_rates if r["ds"] == ds and r["variant"] == "batch_1d_windowed")
 
     def shape(lo: int, up: int) -> float:
         return -0.012 * math.exp(-up / 700) - 0.002 * math.exp(lo / 2500)
@@ -73,9 +80,16 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
         for lo in (-3600, -7200, -10800, -14400, -21600):
             span = up - lo
             rate = stream_today + shape(lo, up) - shape(lower_s, upper_s)
-            sweep.append({"lower_s": lo, "upper_s": up, "match_rate": round(rate, 5),
-                          "predicted_memory_bytes": round(span * right_bytes_per_s),
-                          "output_latency_s": up + 600, "recovery_s": round(span / 300 + 4)})
+            sweep.append(
+                {
+                    "lower_s": lo,
+                    "upper_s": up,
+                    "match_rate": round(rate, 5),
+                    "predicted_memory_bytes": round(span * right_bytes_per_s),
+                    "output_latency_s": up + 600,
+                    "recovery_s": round(span / 300 + 4),
+                }
+            )
     target = 0.995
     ok = [w for w in sweep if w["match_rate"] >= target * base_today] or sweep
     rec = min(ok, key=lambda w: (w["upper_s"] - w["lower_s"], -w["match_rate"]))
@@ -89,24 +103,36 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
         t = start_ms + (i + 1) * 300_000
         hour = (i * 5) / 60
         night = math.exp(-((hour - 4) ** 2) / 6)
-        pt["left"].append({"batch_end_ms": t, "pt_delay_ms": int(5000 + rng.normal(400, 250)),
-                           "window_batches": 1, "accuracy": round(min(1, 0.9993 + rng.normal(0, 2e-4)), 5)})
-        pt["right"].append({
-            "batch_end_ms": t,
-            "pt_delay_ms": int((16 + 15 * night) * 60_000 + rng.normal(0, 40_000)),
-            "window_batches": int(max(2, round(8 + 65 * night + rng.normal(0, 4)))),
-            "accuracy": round(min(1, 0.992 - 0.004 * night + rng.normal(0, 1.2e-3)), 5),
-        })
+        pt["left"].append(
+            {
+                "batch_end_ms": t,
+                "pt_delay_ms": int(5000 + rng.normal(400, 250)),
+                "window_batches": 1,
+                "accuracy": round(min(1, 0.9993 + rng.normal(0, 2e-4)), 5),
+            }
+        )
+        pt["right"].append(
+            {
+                "batch_end_ms": t,
+                "pt_delay_ms": int((16 + 15 * night) * 60_000 + rng.normal(0, 40_000)),
+                "window_batches": int(max(2, round(8 + 65 * night + rng.normal(0, 4)))),
+                "accuracy": round(min(1, 0.992 - 0.004 * night + rng.normal(0, 1.2e-3)), 5),
+            }
+        )
 
     by_hour = []
     for h in range(24):
         night = math.exp(-((h - 4) ** 2) / 6)
-        by_hour.append({"hour": h,
-                        "late_right": int(rng.poisson(3 + 14 * night)),
-                        "outside_window": int(rng.poisson(1.3)),
-                        "left_late": int(rng.poisson(0.1)),
-                        "quarantined": int(rng.poisson(0.25)),
-                        "midnight_gain": int(rng.poisson(18 if h == 23 else (9 if h == 22 else 0.1)))})
+        by_hour.append(
+            {
+                "hour": h,
+                "late_right": int(rng.poisson(3 + 14 * night)),
+                "outside_window": int(rng.poisson(1.3)),
+                "left_late": int(rng.poisson(0.1)),
+                "quarantined": int(rng.poisson(0.25)),
+                "midnight_gain": int(rng.poisson(18 if h == 23 else (9 if h == 22 else 0.1))),
+            }
+        )
     counts = {c: sum(r[c] for r in by_hour) for c in CAUSES}
     samples = {c: [f"L{rng.integers(10**6, 10**7)}" for _ in range(min(5, counts[c]))] for c in CAUSES}
 
@@ -115,28 +141,43 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
         "pipeline": "search_sessions",
         "ds": ds,
         "generated_at": (end + pd.Timedelta(hours=26)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "spec": {"window": "[-3h, +30m]", "left_watermark": "10m", "right_watermark": "2h",
-                 "join_type": "left_outer", "cardinality": "1-to-n",
-                 "baseline": "batch_1d_windowed", "tolerance_pp": 1.5},
+        "spec": {
+            "window": "[-3h, +30m]",
+            "left_watermark": "10m",
+            "right_watermark": "2h",
+            "join_type": "left_outer",
+            "cardinality": "1-to-n",
+            "baseline": "batch_1d_windowed",
+            "tolerance_pp": 1.5,
+        },
         "match_rates": match_rates,
         "boundary_deltas": boundary,
         "sweep": sweep,
         "pt": pt,
-        "watermark_advice": {"left": {"recommended_delay_s": 30, "share_behind_pt": 0.0004},
-                             "right": {"recommended_delay_s": 5400, "share_behind_pt": 0.0011}},
+        "watermark_advice": {
+            "left": {"recommended_delay_s": 30, "share_behind_pt": 0.0004},
+            "right": {"recommended_delay_s": 5400, "share_behind_pt": 0.0011},
+        },
         "attribution": {"counts": counts, "by_hour": by_hour, "samples": samples},
         "recommendation": {
             "window": fmt_window(rec["lower_s"], rec["upper_s"]),
-            "lower_s": rec["lower_s"], "upper_s": rec["upper_s"],
-            "left_watermark_s": 30, "right_watermark_s": 5400,
+            "lower_s": rec["lower_s"],
+            "upper_s": rec["upper_s"],
+            "left_watermark_s": 30,
+            "right_watermark_s": 5400,
             "predicted_match_rate": rec["match_rate"],
             "baseline_match_rate": base_today,
             "target_share": target,
             "predicted_memory_bytes": rec["predicted_memory_bytes"],
-            "output_latency_s": rec["output_latency_s"], "recovery_s": rec["recovery_s"],
-            "deployed": {"window": "[-3h, +30m]", "match_rate": stream_today,
-                         "memory_bytes": dep["predicted_memory_bytes"],
-                         "output_latency_s": dep["output_latency_s"], "recovery_s": dep["recovery_s"]},
+            "output_latency_s": rec["output_latency_s"],
+            "recovery_s": rec["recovery_s"],
+            "deployed": {
+                "window": "[-3h, +30m]",
+                "match_rate": stream_today,
+                "memory_bytes": dep["predicted_memory_bytes"],
+                "output_latency_s": dep["output_latency_s"],
+                "recovery_s": dep["recovery_s"],
+            },
             "reasons": [
                 f"p1 to lower is {fmt_duration(st['to_lower_p1'])}: 99% of matches are further than that "
                 f"from the lower bound, so the look-back can shrink to {fmt_duration(rec['lower_s'], signed=True)}",
@@ -147,17 +188,39 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
             ],
         },
         "gates": [
-            {"suite": "raw_left", "success": True, "evaluated": 12, "failed": 0,
-             "summary": "schema, ids unique, event time within 2d of arrival"},
-            {"suite": "raw_right", "success": True, "evaluated": 12, "failed": 0,
-             "summary": "schema, ids unique, event time within 2d of arrival"},
-            {"suite": "joined_output", "success": True, "evaluated": 8, "failed": 0,
-             "summary": "every left event emitted once; matches inside the window"},
-            {"suite": "match_rate", "success": True, "evaluated": 1, "failed": 0,
-             "summary": "stream within 1.5 pp of batch 1d, windowed"},
+            {
+                "suite": "raw_left",
+                "success": True,
+                "evaluated": 12,
+                "failed": 0,
+                "summary": "schema, ids unique, event time within 2d of arrival",
+            },
+            {
+                "suite": "raw_right",
+                "success": True,
+                "evaluated": 12,
+                "failed": 0,
+                "summary": "schema, ids unique, event time within 2d of arrival",
+            },
+            {
+                "suite": "joined_output",
+                "success": True,
+                "evaluated": 8,
+                "failed": 0,
+                "summary": "every left event emitted once; matches inside the window",
+            },
+            {
+                "suite": "match_rate",
+                "success": True,
+                "evaluated": 1,
+                "failed": 0,
+                "summary": "stream within 1.5 pp of batch 1d, windowed",
+            },
         ],
-        "quarantine": {"left": {"malformed_json": 3, "missing_id": 1},
-                       "right": {"malformed_json": 41, "event_time_in_future": 7, "unknown_field": 12}},
+        "quarantine": {
+            "left": {"malformed_json": 3, "missing_id": 1},
+            "right": {"malformed_json": 41, "event_time_in_future": 7, "unknown_field": 12},
+        },
         "runbooks": [
             {"title": "Restart after a crash", "path": "include/runbooks/restart_after_crash.md"},
             {"title": "Change the join window", "path": "include/runbooks/change_the_window.md"},

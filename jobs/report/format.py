@@ -7,15 +7,32 @@ formats them, :func:`jobs.spec.duration.duration_seconds` reads them (``"-3h"``,
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from jobs.spec.duration import duration_seconds, fmt_duration
 
 __all__ = [
-    "DASH", "VARIANTS", "VARIANT_LABELS", "VARIANT_COLORS", "SIDE_COLORS", "CAUSES", "GAIN_CAUSES",
-    "EXTRA_COLORS", "UPPER_PALETTE", "num", "fmt_pct", "fmt_pp", "fmt_duration", "fmt_bytes",
-    "fmt_int", "fmt_window", "fmt_timestamp", "parse_seconds", "parse_window", "fmt_spec_duration",
+    "DASH",
+    "VARIANTS",
+    "VARIANT_LABELS",
+    "VARIANT_COLORS",
+    "SIDE_COLORS",
+    "CAUSES",
+    "GAIN_CAUSES",
+    "EXTRA_COLORS",
+    "UPPER_PALETTE",
+    "num",
+    "fmt_pct",
+    "fmt_pp",
+    "fmt_duration",
+    "fmt_bytes",
+    "fmt_int",
+    "fmt_window",
+    "fmt_timestamp",
+    "parse_seconds",
+    "parse_window",
+    "fmt_spec_duration",
 ]
 
 DASH = "—"
@@ -38,16 +55,31 @@ VARIANT_COLORS = {
 }
 SIDE_COLORS = {"left": "#0d9488", "right": "#db2777"}
 CAUSES = {  # cause -> (label, colour, explanation)
-    "late_right": ("late right event", "#ef4444",
-                   "the matching right event arrived after the right watermark had passed its window"),
-    "outside_window": ("outside the window", "#f59e0b",
-                       "a right event with the key exists, but its event time is outside the join window"),
-    "left_late": ("late left event", "#8b5cf6",
-                  "the left event arrived behind the left watermark and was emitted unmatched"),
-    "quarantined": ("partner quarantined", "#64748b",
-                    "the matching right event was set aside by the landing gates (malformed or invalid)"),
-    "midnight_gain": ("gained across midnight", "#10b981",
-                      "matches the stream makes that the daily batch loses at the partition cut-off"),
+    "late_right": (
+        "late right event",
+        "#ef4444",
+        "the matching right event arrived after the right watermark had passed its window",
+    ),
+    "outside_window": (
+        "outside the window",
+        "#f59e0b",
+        "a right event with the key exists, but its event time is outside the join window",
+    ),
+    "left_late": (
+        "late left event",
+        "#8b5cf6",
+        "the left event arrived behind the left watermark and was emitted unmatched",
+    ),
+    "quarantined": (
+        "partner quarantined",
+        "#64748b",
+        "the matching right event was set aside by the landing gates (malformed or invalid)",
+    ),
+    "midnight_gain": (
+        "gained across midnight",
+        "#10b981",
+        "matches the stream makes that the daily batch loses at the partition cut-off",
+    ),
 }
 GAIN_CAUSES = ("midnight_gain",)
 EXTRA_COLORS = ("#0ea5e9", "#a16207", "#be185d", "#4d7c0f", "#7c3aed")
@@ -150,7 +182,7 @@ def fmt_timestamp(v: Any) -> str:
     except ValueError:
         return str(v)
     if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc)
+        t = t.astimezone(UTC)
         return t.strftime("%Y-%m-%d %H:%M UTC")
     return t.strftime("%Y-%m-%d %H:%M")
 

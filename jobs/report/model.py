@@ -33,27 +33,27 @@ class _Part(BaseModel):
 
 
 class SpecSummary(_Part):
-    window: str | None = None                 # "[-3h, +30m]"
-    left_watermark: str | None = None         # "10m"
+    window: str | None = None  # "[-3h, +30m]"
+    left_watermark: str | None = None  # "10m"
     right_watermark: str | None = None
-    join_type: str | None = None              # "left_outer"
-    cardinality: str | None = None            # "1-to-n"
-    baseline: str | None = None               # the variant the stream is held to
-    tolerance_pp: float | None = None         # allowed shortfall, percentage points
+    join_type: str | None = None  # "left_outer"
+    cardinality: str | None = None  # "1-to-n"
+    baseline: str | None = None  # the variant the stream is held to
+    tolerance_pp: float | None = None  # allowed shortfall, percentage points
 
 
 class MatchRate(_Part):
     """One ds and variant of the history (Fig. 8)."""
 
     ds: str
-    variant: str                              # batch_1d_1d | batch_1d_2d | batch_1d_windowed | stream
+    variant: str  # batch_1d_1d | batch_1d_2d | batch_1d_windowed | stream
     left_events: int | None = None
     matched_left: int | None = None
     match_rate: float | None = None
 
 
 class Histogram(_Part):
-    edges: list[float]                        # len(edges) == len(counts) + 1
+    edges: list[float]  # len(edges) == len(counts) + 1
     counts: list[int]
 
 
@@ -106,8 +106,8 @@ class Attribution(_Part):
     """Why left events went unmatched in the stream but not in the baseline, and midnight gains."""
 
     counts: dict[str, int] = {}
-    by_hour: list[dict[str, int]] = []        # {"hour": 0, "late_right": 10, ...}
-    samples: dict[str, list[str]] = {}        # cause -> a few left event ids
+    by_hour: list[dict[str, int]] = []  # {"hour": 0, "late_right": 10, ...}
+    samples: dict[str, list[str]] = {}  # cause -> a few left event ids
     ds: str | None = None
     baseline: str | None = None
     missed_by_stream: int | None = None
@@ -123,20 +123,20 @@ class DeployedWindow(_Part):
 
 
 class Recommendation(_Part):
-    window: str | None = None                 # "[-2h, +30m]"
+    window: str | None = None  # "[-2h, +30m]"
     lower_s: float | None = None
     upper_s: float | None = None
     left_watermark_s: float | None = None
     right_watermark_s: float | None = None
     predicted_match_rate: float | None = None
     baseline_match_rate: float | None = None
-    target_share: float | None = None         # of the baseline match rate
+    target_share: float | None = None  # of the baseline match rate
     predicted_memory_bytes: float | None = None
     output_latency_s: float | None = None
     recovery_s: float | None = None
     deployed: DeployedWindow | None = None
     reasons: list[str] = []
-    lateness: dict[str, dict[str, float]] | None = None   # per stream, see recommend.StreamLateness
+    lateness: dict[str, dict[str, float]] | None = None  # per stream, see recommend.StreamLateness
 
 
 class Gate(_Part):
@@ -149,7 +149,7 @@ class Gate(_Part):
 
 class Runbook(_Part):
     title: str | None = None
-    path: str | None = None                   # include/runbooks/<name>.md
+    path: str | None = None  # include/runbooks/<name>.md
     url: str | None = None
 
 
@@ -159,7 +159,7 @@ class ReportData(_Part):
     schema_version: Literal[1] = SCHEMA_VERSION
     pipeline: str
     ds: str
-    generated_at: str | None = None           # ISO-8601
+    generated_at: str | None = None  # ISO-8601
     spec: SpecSummary | None = None
     match_rates: list[MatchRate] | None = None
     boundary_deltas: dict[str, BoundaryDeltas] | None = None
@@ -169,23 +169,28 @@ class ReportData(_Part):
     attribution: Attribution | None = None
     recommendation: Recommendation | None = None
     gates: list[Gate] | None = None
-    quarantine: dict[str, dict[str, int]] | None = None   # side -> reason -> count
+    quarantine: dict[str, dict[str, int]] | None = None  # side -> reason -> count
     runbooks: list[Runbook] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able dict the renderer reads: the fields that were set, plus the version."""
-        return {"schema_version": self.schema_version,
-                **self.model_dump(mode="json", exclude_unset=True, exclude={"schema_version"})}
+        return {
+            "schema_version": self.schema_version,
+            **self.model_dump(mode="json", exclude_unset=True, exclude={"schema_version"}),
+        }
 
     def to_json(self) -> str:
         return self.model_dump_json(exclude_unset=True, indent=2)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "ReportData":
+    def from_json(cls, text: str | bytes) -> ReportData:
         return cls.model_validate_json(text)
 
 
 #: section name -> its type, for validating sections one at a time (assembly keeps the others
 #: when one fails).
-SECTION_TYPES = {name: f.annotation for name, f in ReportData.model_fields.items()
-                 if name not in ("schema_version", "pipeline", "ds", "generated_at")}
+SECTION_TYPES = {
+    name: f.annotation
+    for name, f in ReportData.model_fields.items()
+    if name not in ("schema_version", "pipeline", "ds", "generated_at")
+}

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import base64
 import math
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
-from jobs.report.format import (CAUSES, EXTRA_COLORS, GAIN_CAUSES, SIDE_COLORS, UPPER_PALETTE, VARIANT_COLORS,
-                                VARIANT_LABELS, fmt_bytes, fmt_duration, fmt_pct, num)
+from jobs.report.format import (
+    CAUSES,
+    EXTRA_COLORS,
+    GAIN_CAUSES,
+    SIDE_COLORS,
+    UPPER_PALETTE,
+    VARIANT_COLORS,
+    VARIANT_LABELS,
+    fmt_bytes,
+    fmt_duration,
+    fmt_pct,
+    num,
+)
 from jobs.report.sections import rows_of
 
 RC = {
@@ -54,8 +65,28 @@ def _pct_axis(ax, axis: str = "y", digits: int | None = None) -> None:
     (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(PercentFormatter(1.0, decimals=digits))
 
 
-_NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
-               43200, 86400, 172800, 604800)
+_NICE_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)
 
 
 def _duration_axis(ax, axis: str = "x", signed: bool = False) -> None:
@@ -72,10 +103,18 @@ def _duration_axis(ax, axis: str = "x", signed: bool = False) -> None:
 
 def _mark_windows(ax, xy: Callable[[tuple], tuple | None], deployed, recommended) -> None:
     """Ring the deployed window, star the recommended one."""
-    for w, kw in ((deployed, dict(marker="o", s=190, facecolors="none", edgecolors="#0f172a",
-                                  linewidths=1.6, label="deployed", zorder=5)),
-                  (recommended, dict(marker="*", s=230, color="#16a34a", edgecolors="white",
-                                     linewidths=0.8, label="recommended", zorder=6))):
+    for w, kw in (
+        (
+            deployed,
+            dict(
+                marker="o", s=190, facecolors="none", edgecolors="#0f172a", linewidths=1.6, label="deployed", zorder=5
+            ),
+        ),
+        (
+            recommended,
+            dict(marker="*", s=230, color="#16a34a", edgecolors="white", linewidths=0.8, label="recommended", zorder=6),
+        ),
+    ):
         p = xy(w) if w else None
         if p is not None:
             ax.scatter([p[0]], [p[1]], **kw)
@@ -90,9 +129,16 @@ def plot_match_rate_by_day(mr: dict, ds: str, spec: dict):
         ys = [mr["by_ds"][d].get(v, {}).get("match_rate") for d in days]
         ys = [math.nan if y is None else y for y in ys]
         lw, ms = (2.6, 6) if v == "stream" else (1.6, 4.5)
-        ax.plot(x, ys, marker="o", lw=lw, ms=ms, color=VARIANT_COLORS.get(v, "#334155"),
-                label=f"{VARIANT_LABELS.get(v, v)}  (avg {fmt_pct(mr['avg'][v])})",
-                zorder=4 if v == "stream" else 3)
+        ax.plot(
+            x,
+            ys,
+            marker="o",
+            lw=lw,
+            ms=ms,
+            color=VARIANT_COLORS.get(v, "#334155"),
+            label=f"{VARIANT_LABELS.get(v, v)}  (avg {fmt_pct(mr['avg'][v])})",
+            zorder=4 if v == "stream" else 3,
+        )
     if ds in days:
         i = days.index(ds)
         ax.axvspan(i - 0.4, i + 0.4, color="#e0e7ff", alpha=0.6, zorder=0, lw=0)
@@ -112,9 +158,16 @@ def _sweep_points(sweep: list[dict]) -> list[dict]:
         lo, hi = num(r.get("lower_s")), num(r.get("upper_s"))
         if lo is None or hi is None:
             continue
-        pts.append({"lo": lo, "hi": hi, "rate": num(r.get("match_rate")),
-                    "mem": num(r.get("predicted_memory_bytes")), "rec": num(r.get("recovery_s")),
-                    "lat": num(r.get("output_latency_s"))})
+        pts.append(
+            {
+                "lo": lo,
+                "hi": hi,
+                "rate": num(r.get("match_rate")),
+                "mem": num(r.get("predicted_memory_bytes")),
+                "rec": num(r.get("recovery_s")),
+                "lat": num(r.get("output_latency_s")),
+            }
+        )
     return pts
 
 
@@ -128,8 +181,9 @@ def _upper_colors(pts: list[dict]) -> dict[float, str]:
     return {u: to_hex(cmap(i / n if len(uppers) > 1 else 0.6)) for i, u in enumerate(uppers)}
 
 
-def plot_match_rate_vs_window(sweep: list[dict], deployed, recommended, baseline_rate, tol_pp,
-                               baseline_label, target_share=None):
+def plot_match_rate_vs_window(
+    sweep: list[dict], deployed, recommended, baseline_rate, tol_pp, baseline_label, target_share=None
+):
     pts = [p for p in _sweep_points(sweep) if p["rate"] is not None]
     if not pts:
         return None
@@ -144,21 +198,37 @@ def plot_match_rate_vs_window(sweep: list[dict], deployed, recommended, baseline
         label = f"upper {fmt_duration(u, signed=True)}"
         if floor is not None and max(p["rate"] for p in line) < floor:
             label += f" (≤ {fmt_pct(max(p['rate'] for p in line), 1)}, below the axis)"
-        ax.plot([-p["lo"] for p in line], [p["rate"] for p in line], marker="o", color=c, lw=2,
-                ms=5, label=label)
+        ax.plot([-p["lo"] for p in line], [p["rate"] for p in line], marker="o", color=c, lw=2, ms=5, label=label)
     if baseline_rate is not None:
-        ax.axhline(baseline_rate, color=VARIANT_COLORS["batch_1d_windowed"], lw=1.4, ls="--",
-                   label=f"{baseline_label} (baseline)")
+        ax.axhline(
+            baseline_rate,
+            color=VARIANT_COLORS["batch_1d_windowed"],
+            lw=1.4,
+            ls="--",
+            label=f"{baseline_label} (baseline)",
+        )
         ys = [p["rate"] for p in pts if p["rate"] >= floor] + [baseline_rate]
         if target_share:
-            ax.axhline(baseline_rate * target_share, color="#16a34a", lw=1.3, ls=":",
-                       label=f"target: {fmt_pct(target_share, 1)} of the baseline")
+            ax.axhline(
+                baseline_rate * target_share,
+                color="#16a34a",
+                lw=1.3,
+                ls=":",
+                label=f"target: {fmt_pct(target_share, 1)} of the baseline",
+            )
             ys.append(baseline_rate * target_share)
         pad = max(0.0005, 0.12 * (max(ys) - min(ys)))
         ax.set_ylim(min(ys) - pad, max(ys) + pad)  # the band below must not stretch the axis
         if tol_pp:
-            ax.axhspan(baseline_rate - tol_pp / 100, baseline_rate, color="#fef3c7", alpha=0.45, lw=0,
-                       label=f"within {tol_pp:.2f} pp of the baseline", zorder=0)
+            ax.axhspan(
+                baseline_rate - tol_pp / 100,
+                baseline_rate,
+                color="#fef3c7",
+                alpha=0.45,
+                lw=0,
+                label=f"within {tol_pp:.2f} pp of the baseline",
+                zorder=0,
+            )
     rate_at = {(p["lo"], p["hi"]): p["rate"] for p in pts}
     _mark_windows(ax, lambda w: (-w[0], rate_at[w]) if w in rate_at else None, deployed, recommended)
     ax.set_xlabel("look-back (window lower bound)")
@@ -177,11 +247,15 @@ def plot_memory_vs_window(sweep: list[dict], deployed, recommended):
     from matplotlib.ticker import FuncFormatter
 
     pts = _sweep_points(sweep)
-    panels = [(key, title, ylab, fmt, xkey) for key, title, ylab, fmt, xkey in (
-        ("mem", "Memory of the right window state", "memory", fmt_bytes, "size"),
-        ("rec", "Recovery after a restart", "replay time", fmt_duration, "size"),
-        ("lat", "Output latency", "latency", fmt_duration, "upper"),
-    ) if any(p[key] is not None for p in pts)]
+    panels = [
+        (key, title, ylab, fmt, xkey)
+        for key, title, ylab, fmt, xkey in (
+            ("mem", "Memory of the right window state", "memory", fmt_bytes, "size"),
+            ("rec", "Recovery after a restart", "replay time", fmt_duration, "size"),
+            ("lat", "Output latency", "latency", fmt_duration, "upper"),
+        )
+        if any(p[key] is not None for p in pts)
+    ]
     if not panels:
         return None
     fig, axes = _figure(10, 3.3, 1, len(panels))
@@ -192,10 +266,11 @@ def plot_memory_vs_window(sweep: list[dict], deployed, recommended):
             if p[key] is not None:
                 at.setdefault(xof[xkey]((p["lo"], p["hi"])), p[key])
         xs = sorted(at)
-        ax.plot(xs, [at[x] for x in xs], marker="o", ms=4, lw=1.8, color=VARIANT_COLORS["stream"],
-                label="candidate windows")
+        ax.plot(
+            xs, [at[x] for x in xs], marker="o", ms=4, lw=1.8, color=VARIANT_COLORS["stream"], label="candidate windows"
+        )
         vals = {(p["lo"], p["hi"]): p[key] for p in pts if p[key] is not None}
-        _mark_windows(ax, lambda w: (xof[xkey](w), vals[w]) if w in vals else None, deployed, recommended)
+        _mark_windows(ax, lambda w, x=xof[xkey], v=vals: (x(w), v[w]) if w in v else None, deployed, recommended)
         ax.set_title(title)
         ax.set_xlabel("window size (upper − lower)" if xkey == "size" else "window upper bound")
         ax.set_ylabel(ylab)
@@ -236,8 +311,7 @@ def plot_boundary_deltas(bd: dict):
                 ax.stairs(shares, edges, fill=True, alpha=0.2, color=color, zorder=2)
                 ax.stairs(shares, edges, lw=1.8, color=color, label=VARIANT_LABELS.get(v, v), zorder=3)
             else:
-                ax.stairs(shares, edges, lw=1.5, color=color, ls=(0, (4, 2)),
-                          label=VARIANT_LABELS.get(v, v), zorder=4)
+                ax.stairs(shares, edges, lw=1.5, color=color, ls=(0, (4, 2)), label=VARIANT_LABELS.get(v, v), zorder=4)
             p99 = num(bd[v].get(f"to_{side}_p99"))
             if p99 is not None:
                 ax.axvline(p99, color=color, ls="--", lw=1.3, label=f"p99 {fmt_duration(p99)}")
@@ -248,8 +322,9 @@ def plot_boundary_deltas(bd: dict):
         ax.set_ylim(bottom=0)
         _duration_axis(ax, "x")
         _pct_axis(ax, digits=0)
-        ax.set_xlabel(f"right event time − window {side} bound" if side == "lower"
-                      else "window upper bound − right event time")
+        ax.set_xlabel(
+            f"right event time − window {side} bound" if side == "lower" else "window upper bound − right event time"
+        )
         ax.set_ylabel("share of matched pairs")
         ax.set_title(f"Distance of matches to the {side} bound")
         if ax.get_legend_handles_labels()[0]:
@@ -276,7 +351,7 @@ def plot_pt(pt: dict):
     ax_d, ax_w = axes[0][0], axes[1][0]
     all_delays = []
     for side, rows in series.items():
-        t = [datetime.fromtimestamp(r["batch_end_ms"] / 1000, tz=timezone.utc) for r in rows]
+        t = [datetime.fromtimestamp(r["batch_end_ms"] / 1000, tz=UTC) for r in rows]
         d = [(num(r.get("pt_delay_ms")) or math.nan) / 1000 for r in rows]
         all_delays += [x for x in d if x == x and x > 0]
         w = [num(r.get("window_batches")) or math.nan for r in rows]
@@ -312,7 +387,7 @@ def plot_pt(pt: dict):
     bottom = axes[n - 1][0]
     loc = mdates.AutoDateLocator(minticks=6, maxticks=13)
     bottom.xaxis.set_major_locator(loc)
-    bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=timezone.utc))
+    bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc, tz=UTC))
     bottom.set_xlabel("batch end (UTC)")
     return fig
 
@@ -362,4 +437,3 @@ def save_png(fig, path: Path) -> str:
     tmp.write_bytes(png)
     tmp.replace(path)
     return base64.b64encode(png).decode("ascii")
-

@@ -24,29 +24,71 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 
 from jobs.report import plots
 from jobs.report.example import example_data
-from jobs.report.format import (DASH, VARIANT_COLORS, VARIANT_LABELS, VARIANTS, fmt_bytes, fmt_duration, fmt_int,
-                                fmt_pct, fmt_pp, fmt_timestamp, fmt_window, num, parse_window)
+from jobs.report.format import (
+    DASH,
+    VARIANT_COLORS,
+    VARIANT_LABELS,
+    VARIANTS,
+    fmt_bytes,
+    fmt_duration,
+    fmt_int,
+    fmt_pct,
+    fmt_pp,
+    fmt_timestamp,
+    fmt_window,
+    num,
+    parse_window,
+)
 from jobs.report.model import ReportData
-from jobs.report.sections import (attribution_model, deltas_model, delta_hints, headline as build_headline, match_rate_table,
-                                  pt_model, quarantine_model, recommendation_model, recommendation_sentence,
-                                  rows_of, spec_items, sweep_rows as build_sweep_rows, windows_of)
+from jobs.report.sections import (
+    attribution_model,
+    delta_hints,
+    deltas_model,
+    match_rate_table,
+    pt_model,
+    quarantine_model,
+    recommendation_model,
+    recommendation_sentence,
+    rows_of,
+    spec_items,
+    windows_of,
+)
+from jobs.report.sections import headline as build_headline
+from jobs.report.sections import sweep_rows as build_sweep_rows
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ReportFiles", "render_report", "publish_report", "write_latest_pointer", "index_row",
-    "PLOTS", "SECTIONS", "NOT_AVAILABLE",
+    "ReportFiles",
+    "render_report",
+    "publish_report",
+    "write_latest_pointer",
+    "index_row",
+    "PLOTS",
+    "SECTIONS",
+    "NOT_AVAILABLE",
     # re-exported for callers that import them from here
-    "example_data", "fmt_pct", "fmt_pp", "fmt_duration", "fmt_bytes", "fmt_int", "fmt_window",
-    "fmt_timestamp", "parse_window", "recommendation_sentence", "VARIANTS", "VARIANT_LABELS",
+    "example_data",
+    "fmt_pct",
+    "fmt_pp",
+    "fmt_duration",
+    "fmt_bytes",
+    "fmt_int",
+    "fmt_window",
+    "fmt_timestamp",
+    "parse_window",
+    "recommendation_sentence",
+    "VARIANTS",
+    "VARIANT_LABELS",
     "VARIANT_COLORS",
 ]
 
@@ -116,7 +158,6 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-
 # --------------------------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------------------------
@@ -130,8 +171,9 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pct=fmt_pct, pp=fmt_pp, duration=fmt_duration, bytes=fmt_bytes,
-                       int=fmt_int, timestamp=fmt_timestamp)
+    env.filters.update(
+        pct=fmt_pct, pp=fmt_pp, duration=fmt_duration, bytes=fmt_bytes, int=fmt_int, timestamp=fmt_timestamp
+    )
     return env
 
 
@@ -175,8 +217,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
 
     spec = data["spec"] if isinstance(data.get("spec"), dict) else {}
     gates = rows_of(data.get("gates"))
-    sections = {sid: {"id": sid, "title": title, "available": False, "note": None}
-                for sid, title in SECTIONS}
+    sections = {sid: {"id": sid, "title": title, "available": False, "note": None} for sid, title in SECTIONS}
     images: dict[str, Path] = {}
     embedded: dict[str, str] = {}
 
@@ -199,8 +240,9 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
 
     # --- recommendation
     rec = part("recommendation")
-    rec_model = _section(sections, "recommendation",
-                         lambda: recommendation_model(rec, spec) if isinstance(rec, dict) else None)
+    rec_model = _section(
+        sections, "recommendation", lambda: recommendation_model(rec, spec) if isinstance(rec, dict) else None
+    )
     head = build_headline(data, mr, gates, rec_model["sentence"] if rec_model else None)
 
     # --- sweep (Fig 9, 10)
@@ -208,32 +250,55 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
     sweep = rows_of(part("sweep"))
     sweep_rows = _section(sections, "window-sweep", lambda: build_sweep_rows(sweep, deployed, recommended))
     if sweep_rows:
-        plot("match_rate_vs_window", lambda: plots.plot_match_rate_vs_window(
-            sweep, deployed, recommended, head["base"], head["tolerance_pp"],
-            head["baseline_label"],
-            num(rec.get("target_share")) if isinstance(rec, dict) else None))
+        plot(
+            "match_rate_vs_window",
+            lambda: plots.plot_match_rate_vs_window(
+                sweep,
+                deployed,
+                recommended,
+                head["base"],
+                head["tolerance_pp"],
+                head["baseline_label"],
+                num(rec.get("target_share")) if isinstance(rec, dict) else None,
+            ),
+        )
         plot("memory_vs_window", lambda: plots.plot_memory_vs_window(sweep, deployed, recommended))
 
     # --- boundary deltas (§6.5)
     bd = part("boundary_deltas")
-    deltas = _section(sections, "boundary-deltas",
-                      lambda: {"rows": deltas_model(bd), "hints": delta_hints(bd, spec)}
-                      if isinstance(bd, dict) and deltas_model(bd) else None)
+    deltas = _section(
+        sections,
+        "boundary-deltas",
+        lambda: (
+            {"rows": deltas_model(bd), "hints": delta_hints(bd, spec)}
+            if isinstance(bd, dict) and deltas_model(bd)
+            else None
+        ),
+    )
     if deltas:
         plot("boundary_deltas", lambda: plots.plot_boundary_deltas(bd))
 
     # --- PT (Fig 12) and watermark advice
     pt, advice = part("pt"), part("watermark_advice")
-    pt_rows = _section(sections, "pt", lambda: pt_model(pt if isinstance(pt, dict) else {},
-                                                         advice if isinstance(advice, dict) else {}, spec))
+    pt_rows = _section(
+        sections,
+        "pt",
+        lambda: pt_model(pt if isinstance(pt, dict) else {}, advice if isinstance(advice, dict) else {}, spec),
+    )
     if pt_rows and isinstance(pt, dict):
         plot("pt_delay", lambda: plots.plot_pt(pt))
 
     # --- attribution
     att = part("attribution")
-    att_model = _section(sections, "attribution",
-                         lambda: attribution_model(att) if isinstance(att, dict)
-                         and (attribution_model(att)["rows"] or rows_of(att.get("by_hour"))) else None)
+    att_model = _section(
+        sections,
+        "attribution",
+        lambda: (
+            attribution_model(att)
+            if isinstance(att, dict) and (attribution_model(att)["rows"] or rows_of(att.get("by_hour")))
+            else None
+        ),
+    )
     if att_model is not None:
         plot("attribution", lambda: plots.plot_attribution(att))
 
@@ -255,20 +320,47 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
             p.unlink()
 
     gen = data.get("generated_at")
-    html = _env().get_template(TEMPLATE_NAME).render(
-        d=data, ds=ds, pipeline=str(data["pipeline"]), generated_at=gen, spec=spec,
-        spec_items=spec_items(spec), headline=head, sections=sections, mr=mr,
-        variant_labels=VARIANT_LABELS, variant_colors=VARIANT_COLORS, rec=rec_model,
-        sweep_rows=sweep_rows or [], deltas=deltas, pt_rows=pt_rows or [], att=att_model,
-        gates=gates, quarantine=q_model, runbooks=runbooks, images=embedded,
-        fmt_pct=fmt_pct, fmt_pp=fmt_pp, fmt_int=fmt_int, not_available=NOT_AVAILABLE,
+    html = (
+        _env()
+        .get_template(TEMPLATE_NAME)
+        .render(
+            d=data,
+            ds=ds,
+            pipeline=str(data["pipeline"]),
+            generated_at=gen,
+            spec=spec,
+            spec_items=spec_items(spec),
+            headline=head,
+            sections=sections,
+            mr=mr,
+            variant_labels=VARIANT_LABELS,
+            variant_colors=VARIANT_COLORS,
+            rec=rec_model,
+            sweep_rows=sweep_rows or [],
+            deltas=deltas,
+            pt_rows=pt_rows or [],
+            att=att_model,
+            gates=gates,
+            quarantine=q_model,
+            runbooks=runbooks,
+            images=embedded,
+            fmt_pct=fmt_pct,
+            fmt_pp=fmt_pp,
+            fmt_int=fmt_int,
+            not_available=NOT_AVAILABLE,
+        )
     )
     html_path, json_path = out_dir / "report.html", out_dir / "report.json"
     _write_text(json_path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     _write_text(html_path, html)
-    return ReportFiles(out_dir=out_dir, html=html_path, json=json_path, images=images,
-                       unavailable=tuple(s for s, m in sections.items() if not m["available"]),
-                       status=head["status"])
+    return ReportFiles(
+        out_dir=out_dir,
+        html=html_path,
+        json=json_path,
+        images=images,
+        unavailable=tuple(s for s, m in sections.items() if not m["available"]),
+        status=head["status"],
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,14 +371,12 @@ _STATUS_LABELS = {"ok": "ok", "attention": "needs attention", "unknown": "no dat
 
 
 def index_row(pipeline_dir: Path, ds: str) -> dict:
-    row = {"ds": ds, "html": f"{ds}/report.html", "stream": DASH, "base": DASH, "diff": DASH,
-           "status": "unknown"}
+    row = {"ds": ds, "html": f"{ds}/report.html", "stream": DASH, "base": DASH, "diff": DASH, "status": "unknown"}
     try:
         data = json.loads((pipeline_dir / ds / "report.json").read_text(encoding="utf-8"))
         mr = match_rate_table(data)
         h = build_headline({**data, "ds": ds}, mr, rows_of(data.get("gates")), None)
-        row.update(stream=fmt_pct(h["stream"]), base=fmt_pct(h["base"]), diff=fmt_pp(h["diff_pp"]),
-                   status=h["status"])
+        row.update(stream=fmt_pct(h["stream"]), base=fmt_pct(h["base"]), diff=fmt_pp(h["diff_pp"]), status=h["status"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         pass
     row["status_label"] = _STATUS_LABELS[row["status"]]
@@ -309,8 +399,9 @@ def write_latest_pointer(reports_root: Path, pipeline: str, ds: str) -> Path:
     ordered = sorted(days, reverse=True)
     newest = ordered[0]
     latest = pdir / "latest.json"
-    _write_text(latest, json.dumps({"pipeline": str(pipeline), "ds": newest,
-                                    "html": f"{newest}/report.html"}, indent=2) + "\n")
+    _write_text(
+        latest, json.dumps({"pipeline": str(pipeline), "ds": newest, "html": f"{newest}/report.html"}, indent=2) + "\n"
+    )
     rows = [index_row(pdir, d) for d in ordered]
     _write_text(pdir / "index.html", _env().get_template(INDEX_TEMPLATE_NAME).render(pipeline=str(pipeline), rows=rows))
     return latest
@@ -325,4 +416,3 @@ def publish_report(data: ReportData | dict, reports_root: Path) -> ReportFiles:
     files = render_report(data, Path(reports_root) / str(data["pipeline"]) / str(data["ds"]))
     write_latest_pointer(Path(reports_root), str(data["pipeline"]), str(data["ds"]))
     return files
-

@@ -10,9 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.accuracy.recommend import bound_advice
-from jobs.report.format import (CAUSES, DASH, GAIN_CAUSES, SIDE_COLORS, VARIANT_COLORS, VARIANT_LABELS, VARIANTS,
-                                fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_spec_duration, fmt_window, num,
-                                parse_window, pp_between)
+from jobs.report.format import (
+    CAUSES,
+    DASH,
+    GAIN_CAUSES,
+    SIDE_COLORS,
+    VARIANT_COLORS,
+    VARIANT_LABELS,
+    VARIANTS,
+    fmt_bytes,
+    fmt_duration,
+    fmt_int,
+    fmt_pct,
+    fmt_spec_duration,
+    fmt_window,
+    num,
+    parse_window,
+    pp_between,
+)
+
 
 def rows_of(v: Any) -> list[dict]:
     return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
@@ -40,8 +56,7 @@ def match_rate_table(data: dict) -> dict | None:
     variants = [v for v in VARIANTS if v in present] + sorted(present - set(VARIANTS))
     avg = {}
     for v in variants:
-        vals = [rows[v]["match_rate"] for rows in by_ds.values()
-                if v in rows and rows[v]["match_rate"] is not None]
+        vals = [rows[v]["match_rate"] for rows in by_ds.values() if v in rows and rows[v]["match_rate"] is not None]
         avg[v] = sum(vals) / len(vals) if vals else None
     return {"by_ds": dict(sorted(by_ds.items())), "variants": variants, "avg": avg}
 
@@ -51,9 +66,18 @@ def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str |
     baseline = str(spec.get("baseline") or "batch_1d_windowed")
     tol = num(spec.get("tolerance_pp"))
     ds = str(data["ds"])
-    h: dict[str, Any] = {"baseline": baseline, "baseline_label": VARIANT_LABELS.get(baseline, baseline),
-                         "tolerance_pp": tol, "ds_used": None, "stream": None, "base": None,
-                         "diff_pp": None, "within": None, "left_events": None, "matched_left": None}
+    h: dict[str, Any] = {
+        "baseline": baseline,
+        "baseline_label": VARIANT_LABELS.get(baseline, baseline),
+        "tolerance_pp": tol,
+        "ds_used": None,
+        "stream": None,
+        "base": None,
+        "diff_pp": None,
+        "within": None,
+        "left_events": None,
+        "matched_left": None,
+    }
     if mr:
         ds_used = ds if ds in mr["by_ds"] else max(mr["by_ds"])
         rows = mr["by_ds"][ds_used]
@@ -83,14 +107,12 @@ def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str |
         amount = f"{abs(d):.2f} pp {side}" if round(d, 2) else "level with"
         text = f"The stream's match rate is {amount} {h['baseline_label']}"
         if tol is not None:
-            text += (f", within the {tol:.2f} pp tolerance." if h["within"]
-                     else f", outside the {tol:.2f} pp tolerance.")
+            text += f", within the {tol:.2f} pp tolerance." if h["within"] else f", outside the {tol:.2f} pp tolerance."
         else:
             text += "."
         h["verdict"] = text
     if failed:
-        h["verdict"] += (f" {len(failed)} of {len(gates)} data quality gate"
-                         f"{'s' if len(gates) != 1 else ''} failed.")
+        h["verdict"] += f" {len(failed)} of {len(gates)} data quality gate{'s' if len(gates) != 1 else ''} failed."
     h["recommendation"] = rec_sentence
     return h
 
@@ -132,8 +154,11 @@ def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str |
         details.append(d)
     mem_new, mem_old = num(rec.get("predicted_memory_bytes")), num(deployed.get("memory_bytes"))
     if mem_new is not None:
-        details.append(f"memory {fmt_bytes(mem_old)} → {fmt_bytes(mem_new)}" if mem_old is not None
-                       else f"memory {fmt_bytes(mem_new)}")
+        details.append(
+            f"memory {fmt_bytes(mem_old)} → {fmt_bytes(mem_new)}"
+            if mem_old is not None
+            else f"memory {fmt_bytes(mem_new)}"
+        )
     return text + (": " + ", ".join(details) if details else "") + "."
 
 
@@ -143,17 +168,16 @@ def recommendation_model(rec: dict, spec: dict) -> dict:
     new_window = rec.get("window") or fmt_window(rec.get("lower_s"), rec.get("upper_s"))
     rows = [
         ("Window", dep_window or DASH, new_window),
-        ("Left watermark", fmt_spec_duration(spec.get("left_watermark")),
-         fmt_duration(rec.get("left_watermark_s"))),
-        ("Right watermark", fmt_spec_duration(spec.get("right_watermark")),
-         fmt_duration(rec.get("right_watermark_s"))),
+        ("Left watermark", fmt_spec_duration(spec.get("left_watermark")), fmt_duration(rec.get("left_watermark_s"))),
+        ("Right watermark", fmt_spec_duration(spec.get("right_watermark")), fmt_duration(rec.get("right_watermark_s"))),
         ("Match rate", fmt_pct(deployed.get("match_rate")), fmt_pct(rec.get("predicted_match_rate"))),
-        ("Memory (right window state)", fmt_bytes(deployed.get("memory_bytes")),
-         fmt_bytes(rec.get("predicted_memory_bytes"))),
-        ("Output latency", fmt_duration(deployed.get("output_latency_s")),
-         fmt_duration(rec.get("output_latency_s"))),
-        ("Recovery after restart", fmt_duration(deployed.get("recovery_s")),
-         fmt_duration(rec.get("recovery_s"))),
+        (
+            "Memory (right window state)",
+            fmt_bytes(deployed.get("memory_bytes")),
+            fmt_bytes(rec.get("predicted_memory_bytes")),
+        ),
+        ("Output latency", fmt_duration(deployed.get("output_latency_s")), fmt_duration(rec.get("output_latency_s"))),
+        ("Recovery after restart", fmt_duration(deployed.get("recovery_s")), fmt_duration(rec.get("recovery_s"))),
     ]
     reasons = [str(r) for r in rec.get("reasons") or [] if r]
     base = num(rec.get("baseline_match_rate"))
@@ -196,12 +220,16 @@ def delta_hints(bd: dict, spec: dict) -> list[str]:
             continue
         advice = bound_advice(p1, span)
         if advice == "widen":
-            hints.append(f"1% of the stream's matches are within {fmt_duration(p1)} of the {name} bound: "
-                         f"matches crowd it, widening the {name} side would likely add matches.")
+            hints.append(
+                f"1% of the stream's matches are within {fmt_duration(p1)} of the {name} bound: "
+                f"matches crowd it, widening the {name} side would likely add matches."
+            )
         elif advice == "shrink":
-            hints.append(f"No more than 1% of the stream's matches come closer than {fmt_duration(p1)} "
-                         f"to the {name} bound: that side can shrink, saving memory"
-                         + (" and latency." if side == "upper" else "."))
+            hints.append(
+                f"No more than 1% of the stream's matches come closer than {fmt_duration(p1)} "
+                f"to the {name} bound: that side can shrink, saving memory"
+                + (" and latency." if side == "upper" else ".")
+            )
     return hints
 
 
@@ -219,26 +247,28 @@ def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
         def q(vals: list[float], p: float) -> float | None:
             return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
 
-        out.append({
-            "side": side, "color": SIDE_COLORS[side],
-            "delay_min": fmt_duration(delays[0] / 1000 if delays else None),
-            "delay_p50": fmt_duration(q(delays, 0.5) / 1000 if delays else None),
-            "delay_max": fmt_duration(delays[-1] / 1000 if delays else None),
-            "windows_max": fmt_int(max(wins) if wins else None),
-            "accuracy_p50": fmt_pct(q(accs, 0.5)),
-            "accuracy_min": fmt_pct(accs[0] if accs else None),
-            "deployed_wm": fmt_spec_duration(spec.get(f"{side}_watermark")),
-            "recommended_wm": fmt_duration(adv.get("recommended_delay_s")),
-            "share_behind": fmt_pct(adv.get("share_behind_pt"), 3),
-        })
+        out.append(
+            {
+                "side": side,
+                "color": SIDE_COLORS[side],
+                "delay_min": fmt_duration(delays[0] / 1000 if delays else None),
+                "delay_p50": fmt_duration(q(delays, 0.5) / 1000 if delays else None),
+                "delay_max": fmt_duration(delays[-1] / 1000 if delays else None),
+                "windows_max": fmt_int(max(wins) if wins else None),
+                "accuracy_p50": fmt_pct(q(accs, 0.5)),
+                "accuracy_min": fmt_pct(accs[0] if accs else None),
+                "deployed_wm": fmt_spec_duration(spec.get(f"{side}_watermark")),
+                "recommended_wm": fmt_duration(adv.get("recommended_delay_s")),
+                "share_behind": fmt_pct(adv.get("share_behind_pt"), 3),
+            }
+        )
     return out
 
 
 def attribution_model(att: dict) -> dict:
     counts = att.get("counts") if isinstance(att.get("counts"), dict) else {}
     samples = att.get("samples") if isinstance(att.get("samples"), dict) else {}
-    causes = [c for c in CAUSES if c in counts or c in samples] + sorted(
-        (set(counts) | set(samples)) - set(CAUSES))
+    causes = [c for c in CAUSES if c in counts or c in samples] + sorted((set(counts) | set(samples)) - set(CAUSES))
     misses = sum(num(counts.get(c)) or 0 for c in causes if c not in GAIN_CAUSES)
     rows = []
     for c in causes:
@@ -246,9 +276,18 @@ def attribution_model(att: dict) -> dict:
         n = num(counts.get(c))
         gain = c in GAIN_CAUSES
         ids = [str(x) for x in (samples.get(c) or [])][:5]
-        rows.append({"cause": c, "label": label, "color": color, "why": why, "count": fmt_int(n),
-                     "share": DASH if gain or not misses or n is None else fmt_pct(n / misses, 1),
-                     "gain": gain, "samples": ids})
+        rows.append(
+            {
+                "cause": c,
+                "label": label,
+                "color": color,
+                "why": why,
+                "count": fmt_int(n),
+                "share": DASH if gain or not misses or n is None else fmt_pct(n / misses, 1),
+                "gain": gain,
+                "samples": ids,
+            }
+        )
     return {"rows": rows, "misses": fmt_int(misses)}
 
 
@@ -261,11 +300,20 @@ def quarantine_model(q: dict) -> dict | None:
     rows = []
     for r in reasons:
         vals = [num(q[s].get(r)) for s in sides]
-        rows.append({"reason": r.replace("_", " "), "values": [fmt_int(v) if v is not None else DASH for v in vals],
-                     "total": fmt_int(sum(v or 0 for v in vals))})
+        rows.append(
+            {
+                "reason": r.replace("_", " "),
+                "values": [fmt_int(v) if v is not None else DASH for v in vals],
+                "total": fmt_int(sum(v or 0 for v in vals)),
+            }
+        )
     totals = [fmt_int(sum(num(q[s].get(r)) or 0 for r in reasons)) for s in sides]
-    return {"sides": sides, "rows": rows, "totals": totals,
-            "total": fmt_int(sum(num(q[s].get(r)) or 0 for s in sides for r in reasons))}
+    return {
+        "sides": sides,
+        "rows": rows,
+        "totals": totals,
+        "total": fmt_int(sum(num(q[s].get(r)) or 0 for s in sides for r in reasons)),
+    }
 
 
 def sweep_rows(sweep: list[dict], deployed: tuple | None, recommended: tuple | None) -> list[dict]:
@@ -273,15 +321,17 @@ def sweep_rows(sweep: list[dict], deployed: tuple | None, recommended: tuple | N
     for r in sorted(sweep, key=lambda r: (num(r.get("upper_s")) or 0, -(num(r.get("lower_s")) or 0))):
         lo, hi = num(r.get("lower_s")), num(r.get("upper_s"))
         key = (lo, hi)
-        out.append({
-            "window": fmt_window(lo, hi),
-            "match_rate": fmt_pct(r.get("match_rate")),
-            "memory": fmt_bytes(r.get("predicted_memory_bytes")),
-            "latency": fmt_duration(r.get("output_latency_s")),
-            "recovery": fmt_duration(r.get("recovery_s")),
-            "deployed": deployed is not None and key == tuple(deployed),
-            "recommended": recommended is not None and key == tuple(recommended),
-        })
+        out.append(
+            {
+                "window": fmt_window(lo, hi),
+                "match_rate": fmt_pct(r.get("match_rate")),
+                "memory": fmt_bytes(r.get("predicted_memory_bytes")),
+                "latency": fmt_duration(r.get("output_latency_s")),
+                "recovery": fmt_duration(r.get("recovery_s")),
+                "deployed": deployed is not None and key == tuple(deployed),
+                "recommended": recommended is not None and key == tuple(recommended),
+            }
+        )
     return out
 
 
@@ -299,21 +349,27 @@ def windows_of(data: dict) -> tuple[tuple | None, tuple | None]:
     return deployed, recommended
 
 
-
 def spec_items(spec: dict) -> list[tuple[str, str]]:
     items = []
     if spec.get("window"):
         items.append(("window", str(spec["window"])))
-    wm = [f"{s} {fmt_spec_duration(spec.get(f'{s}_watermark'))}" for s in ("left", "right")
-          if spec.get(f"{s}_watermark") not in (None, "")]
+    wm = [
+        f"{s} {fmt_spec_duration(spec.get(f'{s}_watermark'))}"
+        for s in ("left", "right")
+        if spec.get(f"{s}_watermark") not in (None, "")
+    ]
     if wm:
         items.append(("watermarks", " · ".join(wm)))
     if spec.get("join_type"):
-        items.append(("join", str(spec["join_type"]).replace("_", " ")
-                      + (f", {spec['cardinality']}" if spec.get("cardinality") else "")))
+        items.append(
+            (
+                "join",
+                str(spec["join_type"]).replace("_", " ")
+                + (f", {spec['cardinality']}" if spec.get("cardinality") else ""),
+            )
+        )
     if spec.get("baseline"):
         items.append(("baseline", VARIANT_LABELS.get(spec["baseline"], str(spec["baseline"]))))
     if num(spec.get("tolerance_pp")) is not None:
         items.append(("tolerance", f"{float(spec['tolerance_pp']):.2f} pp"))
     return items
-

@@ -102,9 +102,7 @@ class StreamSpec(_Strict):
             if not _NAME.match(col):
                 raise ValueError(f"column name {col!r} must be a plain identifier")
             if typ not in SCHEMA_TYPES:
-                raise ValueError(
-                    f"column {col!r} has type {typ!r}; allowed: {', '.join(SCHEMA_TYPES)}"
-                )
+                raise ValueError(f"column {col!r} has type {typ!r}; allowed: {', '.join(SCHEMA_TYPES)}")
         return v
 
     @field_validator("watermark_delay")
@@ -119,9 +117,7 @@ class StreamSpec(_Strict):
         for field, cols in (("key", self.key), ("event_time", [self.event_time]), ("id", [self.id])):
             for c in cols:
                 if c not in self.schema_:
-                    raise ValueError(
-                        f"{field}: column {c!r} is not in schema (columns: {', '.join(self.schema_)})"
-                    )
+                    raise ValueError(f"{field}: column {c!r} is not in schema (columns: {', '.join(self.schema_)})")
         if self.schema_[self.event_time] != "timestamp":
             raise ValueError(f"event_time: column {self.event_time!r} must have type 'timestamp'")
         return self

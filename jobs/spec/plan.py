@@ -104,12 +104,15 @@ class Plan:
                 return ["No restart needed: only report settings changed; deploy the new spec."]
             return ["Nothing changed."]
         if self.action == REUSE:
-            out = ["Stop the streaming join, deploy the new spec, restart it: it resumes from its "
-                   "checkpoint (no replay)."]
+            out = [
+                "Stop the streaming join, deploy the new spec, restart it: it resumes from its checkpoint (no replay)."
+            ]
             if self.warnings:
-                out.append("Read the warnings above: the restart is allowed, but "
-                           + ", ".join(c.field for c in self.warnings)
-                           + " change what the job produces from now on (rows already written are not rewritten).")
+                out.append(
+                    "Read the warnings above: the restart is allowed, but "
+                    + ", ".join(c.field for c in self.warnings)
+                    + " change what the job produces from now on (rows already written are not rewritten)."
+                )
             return out
         return [
             "Stop the streaming join (and the quarantine query).",
@@ -144,11 +147,11 @@ class Plan:
             Console(file=buf, width=width, color_system=None, highlight=False).print(table)
             lines += ["", "\n".join(x.rstrip() for x in buf.getvalue().splitlines()).strip("\n"), "", "Why:"]
             for c in self.changes:
-                lines += textwrap.wrap(f"- {c.field} [{c.effect}]: {c.reason}", width=width,
-                                       subsequent_indent="    ")
+                lines += textwrap.wrap(f"- {c.field} [{c.effect}]: {c.reason}", width=width, subsequent_indent="    ")
         lines += ["", "Next steps:"]
-        lines += [textwrap.fill(f"{i}. {s}", width=width, subsequent_indent="   ")
-                  for i, s in enumerate(self.steps(), 1)]
+        lines += [
+            textwrap.fill(f"{i}. {s}", width=width, subsequent_indent="   ") for i, s in enumerate(self.steps(), 1)
+        ]
         return "\n".join(lines)
 
 
@@ -162,99 +165,166 @@ def _short(v: Any, limit: int = 32) -> str:
 #: (field pattern, effect, reason). First match wins; ``{field}`` is the changed field's path;
 #: a pattern starting with ``side.`` applies to ``left.`` and ``right.``.
 RULES: list[tuple[str, str, str]] = [
-    ("pipeline", NEEDS_FRESH,
-     "{field} names the checkpoint and table folders (<root>/checkpoints/<pipeline>/...): a new name is a new "
-     "query with no checkpoint and empty tables, so it starts fresh and must replay Kafka to fill them."),
-    ("side.topic", NEEDS_FRESH,
-     "{field} is a source's identity: the checkpoint's offsets are per topic-partition of the old topic. "
-     f"{_GUIDE}: changes to subscribed topics are generally not allowed (results unpredictable). "
-     "Start a fresh checkpoint and replay the new topic from its earliest offset."),
-    ("side.schema", NEEDS_FRESH,
-     "{field}: the column order changed. The join buffers whole rows as state and Spark checks state schemas "
-     "ignoring names, so a reorder of same-typed columns could even restart and read values into the wrong "
-     "columns (paper §4.2: state is positional). Fresh checkpoint and replay."),
-    ("side.schema.*", NEEDS_FRESH,
-     "{field}: the join buffers every schema column of both sides as state, so adding (even a nullable "
-     "payload column), removing or retyping a column changes the join's state schema. "
-     f"{_GUIDE}: changes in the schema of a stream-stream join are not allowed (Spark 4.2 refuses the "
-     "restart with STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE, checked); unlike Puma (paper §4.2), Spark "
-     "cannot append a column to existing state."),
-    ("side.key", NEEDS_FRESH,
-     "{field} is the equi-join column set, i.e. the state store's key: "
-     f"{_GUIDE}: changes in equi-joining columns are not allowed; paper §4.2: the join equality must be "
-     "preserved across updates (it decides the sharding of state)."),
-    ("side.event_time", NEEDS_FRESH,
-     "{field} is the watermark column and part of the join's time-range condition; buffered rows and their "
-     "eviction were computed on the old column, so the state is meaningless for the new one. Fresh "
-     "checkpoint and replay."),
-    ("window.lower", NEEDS_FRESH,
-     "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
-     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
-     "(checked), but rows evicted under the old bound are gone (a wider window silently misses matches) "
-     "and left rows already emitted as non-matches stay so. Fresh checkpoint and replay to get the new "
-     "window's exact result."),
-    ("window.upper", NEEDS_FRESH,
-     "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
-     f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
-     "(checked), but rows evicted or left rows already emitted as non-matches under the old bound stay as "
-     "they were. Fresh checkpoint and replay to get the new window's exact result."),
-    ("join.type", NEEDS_FRESH,
-     f"{{field}} (inner vs left outer) changes the stateful join operator: {_GUIDE}: changes in join type "
-     "(outer or inner) are not allowed. Fresh checkpoint and replay."),
-    ("output_table", NEEDS_FRESH,
-     "{field}: the new output table starts empty. Reusing the checkpoint (allowed for a foreachBatch sink) "
-     "would write only batches after the restart, so the new table would lack every row already committed "
-     "and the rows of left events still in state. Replay from a fresh checkpoint into it (the sink dedupes by "
-     "its keys). Alternative without replay: copy the old table to the new name first, then restart from the "
-     "checkpoint."),
-    ("join.cardinality", REUSE_WARN,
-     "{field} is applied in the foreachBatch sink (1-to-1: first-arrived match per micro-batch, then an "
-     "insert-only MERGE keyed by the left id), not in the stateful join, whose state and schema are the same "
-     f"for both; {_GUIDE}: changing foreachBatch sink code is allowed. Reusable, but rows already written keep "
-     "the old cardinality: 1-to-n -> 1-to-1 leaves past left ids with several rows; 1-to-1 -> 1-to-n cannot "
-     "recover matches the sink already dropped. Replay into a new output table if history must be uniform."),
-    ("side.watermark_delay", REUSE_WARN,
-     "{field}: Spark allows changing watermark delays between restarts (the delay is not in the state "
-     "schema; the checkpoint keeps the current watermark; a Spark 4.2 restart with other delays runs, "
-     "checked). It changes which late rows are dropped and when state is evicted and left non-matches are "
-     "emitted: a shorter delay drops more late rows at once; a longer one only helps once event time "
-     "advances, because Spark's watermark never moves back and rows already evicted are gone."),
-    ("streaming.shuffle_partitions", REUSE_WARN,
-     "{field} is fixed by the checkpoint: the state is partitioned by it and Spark restores "
-     "spark.sql.shuffle.partitions from the checkpoint's offset log, ignoring the new value. Reusing is safe, "
-     "but the change has no effect; it only applies with a fresh checkpoint and replay."),
-    ("timezone", REUSE_WARN,
-     "{field} changes how arrival times map to ds partitions (Hive-style, midnight in this zone). Reusable "
-     "(ds is a date either way), but rows buffered in state keep the old zone's ds, output after the restart "
-     "uses the new one, so partitions around the switch shift and stream-vs-batch comparisons of those days "
-     "are off until the landed batch tables are rebuilt in the same zone."),
-    ("timestamp_validity.*", REUSE_WARN,
-     "{field} is a parse rule applied before the join (paper §6.7). Reusable, but it changes which records "
-     "are quarantined instead of joined from now on; records already quarantined or joined stay as they are."),
-    ("unknown_fields", REUSE_WARN,
-     "{field} is a parse rule applied before the join. Reusable, but it changes which records are "
-     "quarantined (unexpected JSON fields) from now on; earlier records are not re-examined."),
-    ("side.id", REUSE_WARN,
-     "{field}: the id column is in the state either way (the schema did not change), so the checkpoint is "
-     "reusable; but it is the sink's dedupe key (1-to-1 MERGE, replays) and the null_id parse rule, so "
-     "rows written before and after the restart are keyed differently."),
-    ("streaming.trigger_interval", REUSE_OK,
-     "{field} only sets when micro-batches start; it is not stored in the checkpoint. Reusable."),
-    ("streaming.max_offsets_per_trigger", REUSE_OK,
-     f"{{field}} is the Kafka rate limit (maxOffsetsPerTrigger); {_GUIDE}: adding, removing or changing rate "
-     "limits is allowed. Reusable."),
-    ("side.name", REUSE_OK,
-     "{field} is a label (reports, the quarantine table's stream column); the streaming join does not "
-     "depend on it. Reusable."),
-    ("side.table", REUSE_OK,
-     "{field} is the landed Delta table the landing job and the batch baselines use; the streaming join "
-     "reads Kafka, not this table. Reusable (rebuild the batch baselines if you compare against them)."),
-    ("accuracy.*", REPORT_ONLY,
-     "{field} is read by compare, gates and recommendation only; the streaming job does not use it."),
+    (
+        "pipeline",
+        NEEDS_FRESH,
+        "{field} names the checkpoint and table folders (<root>/checkpoints/<pipeline>/...): a new name is a new "
+        "query with no checkpoint and empty tables, so it starts fresh and must replay Kafka to fill them.",
+    ),
+    (
+        "side.topic",
+        NEEDS_FRESH,
+        "{field} is a source's identity: the checkpoint's offsets are per topic-partition of the old topic. "
+        f"{_GUIDE}: changes to subscribed topics are generally not allowed (results unpredictable). "
+        "Start a fresh checkpoint and replay the new topic from its earliest offset.",
+    ),
+    (
+        "side.schema",
+        NEEDS_FRESH,
+        "{field}: the column order changed. The join buffers whole rows as state and Spark checks state schemas "
+        "ignoring names, so a reorder of same-typed columns could even restart and read values into the wrong "
+        "columns (paper §4.2: state is positional). Fresh checkpoint and replay.",
+    ),
+    (
+        "side.schema.*",
+        NEEDS_FRESH,
+        "{field}: the join buffers every schema column of both sides as state, so adding (even a nullable "
+        "payload column), removing or retyping a column changes the join's state schema. "
+        f"{_GUIDE}: changes in the schema of a stream-stream join are not allowed (Spark 4.2 refuses the "
+        "restart with STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE, checked); unlike Puma (paper §4.2), Spark "
+        "cannot append a column to existing state.",
+    ),
+    (
+        "side.key",
+        NEEDS_FRESH,
+        "{field} is the equi-join column set, i.e. the state store's key: "
+        f"{_GUIDE}: changes in equi-joining columns are not allowed; paper §4.2: the join equality must be "
+        "preserved across updates (it decides the sharding of state).",
+    ),
+    (
+        "side.event_time",
+        NEEDS_FRESH,
+        "{field} is the watermark column and part of the join's time-range condition; buffered rows and their "
+        "eviction were computed on the old column, so the state is meaningless for the new one. Fresh "
+        "checkpoint and replay.",
+    ),
+    (
+        "window.lower",
+        NEEDS_FRESH,
+        "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
+        f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
+        "(checked), but rows evicted under the old bound are gone (a wider window silently misses matches) "
+        "and left rows already emitted as non-matches stay so. Fresh checkpoint and replay to get the new "
+        "window's exact result.",
+    ),
+    (
+        "window.upper",
+        NEEDS_FRESH,
+        "{field} is part of the join condition, which decides what the stateful join buffers and when it evicts "
+        f"and emits. {_GUIDE}: other changes in the join condition are ill-defined: Spark 4.2 restarts "
+        "(checked), but rows evicted or left rows already emitted as non-matches under the old bound stay as "
+        "they were. Fresh checkpoint and replay to get the new window's exact result.",
+    ),
+    (
+        "join.type",
+        NEEDS_FRESH,
+        f"{{field}} (inner vs left outer) changes the stateful join operator: {_GUIDE}: changes in join type "
+        "(outer or inner) are not allowed. Fresh checkpoint and replay.",
+    ),
+    (
+        "output_table",
+        NEEDS_FRESH,
+        "{field}: the new output table starts empty. Reusing the checkpoint (allowed for a foreachBatch sink) "
+        "would write only batches after the restart, so the new table would lack every row already committed "
+        "and the rows of left events still in state. Replay from a fresh checkpoint into it (the sink dedupes by "
+        "its keys). Alternative without replay: copy the old table to the new name first, then restart from the "
+        "checkpoint.",
+    ),
+    (
+        "join.cardinality",
+        REUSE_WARN,
+        "{field} is applied in the foreachBatch sink (1-to-1: first-arrived match per micro-batch, then an "
+        "insert-only MERGE keyed by the left id), not in the stateful join, whose state and schema are the same "
+        f"for both; {_GUIDE}: changing foreachBatch sink code is allowed. Reusable, but rows already written keep "
+        "the old cardinality: 1-to-n -> 1-to-1 leaves past left ids with several rows; 1-to-1 -> 1-to-n cannot "
+        "recover matches the sink already dropped. Replay into a new output table if history must be uniform.",
+    ),
+    (
+        "side.watermark_delay",
+        REUSE_WARN,
+        "{field}: Spark allows changing watermark delays between restarts (the delay is not in the state "
+        "schema; the checkpoint keeps the current watermark; a Spark 4.2 restart with other delays runs, "
+        "checked). It changes which late rows are dropped and when state is evicted and left non-matches are "
+        "emitted: a shorter delay drops more late rows at once; a longer one only helps once event time "
+        "advances, because Spark's watermark never moves back and rows already evicted are gone.",
+    ),
+    (
+        "streaming.shuffle_partitions",
+        REUSE_WARN,
+        "{field} is fixed by the checkpoint: the state is partitioned by it and Spark restores "
+        "spark.sql.shuffle.partitions from the checkpoint's offset log, ignoring the new value. Reusing is safe, "
+        "but the change has no effect; it only applies with a fresh checkpoint and replay.",
+    ),
+    (
+        "timezone",
+        REUSE_WARN,
+        "{field} changes how arrival times map to ds partitions (Hive-style, midnight in this zone). Reusable "
+        "(ds is a date either way), but rows buffered in state keep the old zone's ds, output after the restart "
+        "uses the new one, so partitions around the switch shift and stream-vs-batch comparisons of those days "
+        "are off until the landed batch tables are rebuilt in the same zone.",
+    ),
+    (
+        "timestamp_validity.*",
+        REUSE_WARN,
+        "{field} is a parse rule applied before the join (paper §6.7). Reusable, but it changes which records "
+        "are quarantined instead of joined from now on; records already quarantined or joined stay as they are.",
+    ),
+    (
+        "unknown_fields",
+        REUSE_WARN,
+        "{field} is a parse rule applied before the join. Reusable, but it changes which records are "
+        "quarantined (unexpected JSON fields) from now on; earlier records are not re-examined.",
+    ),
+    (
+        "side.id",
+        REUSE_WARN,
+        "{field}: the id column is in the state either way (the schema did not change), so the checkpoint is "
+        "reusable; but it is the sink's dedupe key (1-to-1 MERGE, replays) and the null_id parse rule, so "
+        "rows written before and after the restart are keyed differently.",
+    ),
+    (
+        "streaming.trigger_interval",
+        REUSE_OK,
+        "{field} only sets when micro-batches start; it is not stored in the checkpoint. Reusable.",
+    ),
+    (
+        "streaming.max_offsets_per_trigger",
+        REUSE_OK,
+        f"{{field}} is the Kafka rate limit (maxOffsetsPerTrigger); {_GUIDE}: adding, removing or changing rate "
+        "limits is allowed. Reusable.",
+    ),
+    (
+        "side.name",
+        REUSE_OK,
+        "{field} is a label (reports, the quarantine table's stream column); the streaming join does not "
+        "depend on it. Reusable.",
+    ),
+    (
+        "side.table",
+        REUSE_OK,
+        "{field} is the landed Delta table the landing job and the batch baselines use; the streaming join "
+        "reads Kafka, not this table. Reusable (rebuild the batch baselines if you compare against them).",
+    ),
+    (
+        "accuracy.*",
+        REPORT_ONLY,
+        "{field} is read by compare, gates and recommendation only; the streaming job does not use it.",
+    ),
 ]
 
-_UNKNOWN = ("{field} is not known to the planner; treated as needing a fresh checkpoint to be safe. "
-            "Add a rule to jobs/plan.py.")
+_UNKNOWN = (
+    "{field} is not known to the planner; treated as needing a fresh checkpoint to be safe. Add a rule to jobs/plan.py."
+)
 
 
 def _matches(pattern: str, path: str) -> bool:
@@ -295,7 +365,7 @@ def plan(deployed: JoinSpec, proposed: JoinSpec) -> Plan:
     for path, old, new in diffs:
         pattern, effect, reason = _classify(path)
         if pattern == "side.schema.*":
-            what = ("added" if old is None else "removed" if new is None else f"retyped {old} -> {new}")
+            what = "added" if old is None else "removed" if new is None else f"retyped {old} -> {new}"
             reason = reason.replace(f"{path}:", f"{path}: column {what};", 1)
         changes.append(FieldChange(path, old, new, effect, reason))
     if any(c.effect == NEEDS_FRESH for c in changes):

@@ -31,8 +31,7 @@ from jobs.storage.tables import Tables
 log = logging.getLogger("joinshift.batch")
 
 
-def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date,
-                s: Settings | None = None) -> int:
+def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: Settings | None = None) -> int:
     """I/O shell: read landed partitions, join, replace the output's ds partition. Returns rows written."""
     tables = Tables.of(spec, s)
     days = right_days(spec, variant, ds)
@@ -55,8 +54,14 @@ def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
     """Partitions the landing job has completed for a side (from the landing log)."""
     if not delta_io.table_exists(spark, tables.landing_log):
         return []
-    rows = (spark.read.format("delta").load(tables.landing_log)
-            .where(F.col("side") == side).select("ds").distinct().collect())
+    rows = (
+        spark.read.format("delta")
+        .load(tables.landing_log)
+        .where(F.col("side") == side)
+        .select("ds")
+        .distinct()
+        .collect()
+    )
     return sorted(r.ds for r in rows)
 
 

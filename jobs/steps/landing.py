@@ -42,8 +42,7 @@ class LandingResult:
         return sum(self.quarantined.values())
 
 
-def land_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec,
-                 seen_ids: DataFrame | None = None) -> DataFrame:
+def land_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, seen_ids: DataFrame | None = None) -> DataFrame:
     """Pure core: one ds of raw Kafka rows -> parsed rows with ``_reason`` (duplicates flagged)."""
     return mark_duplicates(parse_records(raw, stream, spec), stream, seen_ids)
 
@@ -56,14 +55,14 @@ def ds_bounds_ms(ds: date, timezone: str) -> tuple[int, int]:
     return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
 
 
-def land_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date,
-            s: Settings | None = None, bootstrap: str | None = None) -> LandingResult:
+def land_ds(
+    spark: SparkSession, spec: JoinSpec, side: str, ds: date, s: Settings | None = None, bootstrap: str | None = None
+) -> LandingResult:
     """I/O shell: land one stream's ds from Kafka into Delta, quarantine the bad records."""
     tables = Tables.of(spec, s)
     stream = spec.side(side)
     start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
-    raw = kafka.read_range(spark, bootstrap or kafka.bootstrap_servers(tables.settings), stream.topic,
-                           start_ms, end_ms)
+    raw = kafka.read_range(spark, bootstrap or kafka.bootstrap_servers(tables.settings), stream.topic, start_ms, end_ms)
 
     landed_path = tables.landed(side)
     seen = None
@@ -72,11 +71,14 @@ def land_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date,
         seen = spark.read.format("delta").load(landed_path).where(F.col("ds") == F.lit(ds - timedelta(days=1)))
     parsed = land_records(raw, stream, spec, seen).persist()
     try:
-        delta_io.replace_partitions(good_events(parsed, stream).where(F.col("ds") == F.lit(ds)),
-                                    landed_path, {"ds": [ds]})
         delta_io.replace_partitions(
-            quarantine_rows(parsed, stream, "landing"), tables.quarantine,
-            {"stage": ["landing"], "stream": [stream.name], "ds": [ds]}, partition_by=("ds",),
+            good_events(parsed, stream).where(F.col("ds") == F.lit(ds)), landed_path, {"ds": [ds]}
+        )
+        delta_io.replace_partitions(
+            quarantine_rows(parsed, stream, "landing"),
+            tables.quarantine,
+            {"stage": ["landing"], "stream": [stream.name], "ds": [ds]},
+            partition_by=("ds",),
         )
         counts = {r["_reason"]: r["n"] for r in parsed.groupBy("_reason").agg(F.count("*").alias("n")).collect()}
     finally:
@@ -84,8 +86,15 @@ def land_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date,
     landed = counts.pop(None, 0)
     result = LandingResult(side, ds, landed + sum(counts.values()), landed, dict(sorted(counts.items())))
     _log_landing(spark, tables, stream, result)
-    log.info("landed %s ds=%s: %d records, %d landed, %d quarantined %s",
-             stream.topic, ds, result.records, landed, result.quarantined_total, result.quarantined)
+    log.info(
+        "landed %s ds=%s: %d records, %d landed, %d quarantined %s",
+        stream.topic,
+        ds,
+        result.records,
+        landed,
+        result.quarantined_total,
+        result.quarantined,
+    )
     return result
 
 
@@ -97,7 +106,8 @@ def _log_landing(spark: SparkSession, tables: Tables, stream: StreamSpec, r: Lan
     delta_io.replace_partitions(row, tables.landing_log, {"side": [r.side], "ds": [r.ds]}, partition_by=())
 
 
-def land_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None,
-             bootstrap: str | None = None) -> dict[str, dict]:
+def land_day(
+    spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, bootstrap: str | None = None
+) -> dict[str, dict]:
     """Land both streams for one ds."""
     return {side: asdict(land_ds(spark, spec, side, ds, s, bootstrap)) for side in ("left", "right")}

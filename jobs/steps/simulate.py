@@ -32,9 +32,16 @@ class SimulationResult:
     seconds: float
 
 
-def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *, bootstrap: str,
-                  slice_minutes: int = 30, s: Settings | None = None,
-                  on_slice: Callable[[int, int, int], None] | None = None) -> SimulationResult:
+def simulate_live(
+    spark: SparkSession,
+    spec: JoinSpec,
+    records: pd.DataFrame,
+    *,
+    bootstrap: str,
+    slice_minutes: int = 30,
+    s: Settings | None = None,
+    on_slice: Callable[[int, int, int], None] | None = None,
+) -> SimulationResult:
     """Publish ``records`` slice by slice while the streaming join consumes them.
 
     ``on_slice(done, total, slice_end_ms)`` is called after each slice (progress display).
@@ -54,8 +61,9 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
     # computed; the extra no-data batch per slice would only double the micro-batch count.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     # quarantine does not change accuracy: it catches up once at the end, not per slice
-    (join_query,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval="0 seconds",
-                                         quarantine=False)
+    (join_query,) = start_streaming_join(
+        spark, spec, bootstrap=bootstrap, s=s, trigger_interval="0 seconds", quarantine=False
+    )
     producer = kafka.producer(bootstrap)
     try:
         for i, (slice_end_ms, chunk) in enumerate(slices, 1):
@@ -70,6 +78,11 @@ def simulate_live(spark: SparkSession, spec: JoinSpec, records: pd.DataFrame, *,
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=True).awaitTermination()
     result = SimulationResult(len(slices), len(records), published, time.monotonic() - started)
-    log.info("simulated %d slices of %d min: %d records in %.0fs", result.slices, slice_minutes,
-             result.records, result.seconds)
+    log.info(
+        "simulated %d slices of %d min: %d records in %.0fs",
+        result.slices,
+        slice_minutes,
+        result.records,
+        result.seconds,
+    )
     return result

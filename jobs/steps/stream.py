@@ -54,6 +54,7 @@ log = logging.getLogger("joinshift.stream")
 
 # ---------------------------------------------------------------- I/O shell
 
+
 class JoinSink:
     """``foreachBatch`` writer of the join output, exactly once.
 
@@ -64,8 +65,9 @@ class JoinSink:
     insert-only MERGE keyed by the output rows, reading only the ds partitions the batch touches.
     """
 
-    def __init__(self, spec: JoinSpec, tables: Tables, *, owned_from=None,
-                 on_batch: Callable[[int], None] | None = None):
+    def __init__(
+        self, spec: JoinSpec, tables: Tables, *, owned_from=None, on_batch: Callable[[int], None] | None = None
+    ):
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
@@ -96,8 +98,9 @@ def _query_id_of(checkpoint: str) -> Callable[[], str]:
 
 
 def _ensure_recorder(spark: SparkSession, tables: Tables) -> None:
-    ensure_recorder(spark, {JOIN_QUERY: tables.progress_log(JOIN_QUERY),
-                            QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)})
+    ensure_recorder(
+        spark, {JOIN_QUERY: tables.progress_log(JOIN_QUERY), QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)}
+    )
 
 
 class CheckpointSpecMismatch(RuntimeError):
@@ -122,25 +125,35 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
             raise CheckpointSpecMismatch(
                 f"checkpoint {cp} was built for a join this spec cannot continue ({fields}). Run the spec it "
                 f"was built with, or rebuild the window for this one: joinshift replay --spec <this spec> "
-                f"--cutover <instant> (runbook change_the_window)")
+                f"--cutover <instant> (runbook change_the_window)"
+            )
     cp.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
     tmp.write_text(spec.model_dump_json(by_alias=True))
     tmp.replace(record)
 
 
-def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
-                         s: Settings | None = None, available_now: bool = False,
-                         trigger_interval: str | None = None, quarantine: bool = True,
-                         starting_offsets: dict[str, dict[str, int]] | None = None,
-                         owned_from=None,
-                         on_batch: Callable[[int], None] | None = None) -> tuple[StreamingQuery, ...]:
+def start_streaming_join(
+    spark: SparkSession,
+    spec: JoinSpec,
+    *,
+    bootstrap: str,
+    s: Settings | None = None,
+    available_now: bool = False,
+    trigger_interval: str | None = None,
+    quarantine: bool = True,
+    starting_offsets: dict[str, dict[str, int]] | None = None,
+    owned_from=None,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
     held = current_hold(spec, s)
     if held is not None and held["pid"] != os.getpid():
-        raise RuntimeError(f"{spec.pipeline} is held by pid {held['pid']} since {held.get('since')} "
-                           f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends")
+        raise RuntimeError(
+            f"{spec.pipeline} is held by pid {held['pid']} since {held.get('since')} "
+            f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends"
+        )
     guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
     _ensure_recorder(spark, tables)
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
@@ -151,33 +164,61 @@ def start_streaming_join(spark: SparkSession, spec: JoinSpec, *, bootstrap: str,
             return json.dumps({topic: starting_offsets[topic]})
         return "earliest"
 
-    parsed = {side: parse_records(kafka.read_stream(spark, bootstrap, spec.side(side).topic, limit,
-                                                    start_of(spec.side(side).topic)),
-                                  spec.side(side), spec) for side in ("left", "right")}
+    parsed = {
+        side: parse_records(
+            kafka.read_stream(spark, bootstrap, spec.side(side).topic, limit, start_of(spec.side(side).topic)),
+            spec.side(side),
+            spec,
+        )
+        for side in ("left", "right")
+    }
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch)
 
-    queries = [_with_trigger(
-        joined.writeStream.queryName(JOIN_QUERY).outputMode("append")
-        .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
-        .foreachBatch(sink), spec, available_now, trigger_interval
-    ).start()]
+    queries = [
+        _with_trigger(
+            joined.writeStream.queryName(JOIN_QUERY)
+            .outputMode("append")
+            .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
+            .foreachBatch(sink),
+            spec,
+            available_now,
+            trigger_interval,
+        ).start()
+    ]
     if quarantine:
-        queries.append(start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=available_now,
-                                        trigger_interval=trigger_interval))
-    log.info("streaming join %s started (%s), window %s, checkpoint %s", spec.pipeline,
-             "availableNow" if available_now else "continuous", spec.window.label(), tables.checkpoint(JOIN_QUERY))
+        queries.append(
+            start_quarantine(
+                spark, spec, bootstrap=bootstrap, s=s, available_now=available_now, trigger_interval=trigger_interval
+            )
+        )
+    log.info(
+        "streaming join %s started (%s), window %s, checkpoint %s",
+        spec.pipeline,
+        "availableNow" if available_now else "continuous",
+        spec.window.label(),
+        tables.checkpoint(JOIN_QUERY),
+    )
     return tuple(queries)
 
 
-def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Settings | None = None,
-                     available_now: bool = False, trigger_interval: str | None = None) -> StreamingQuery:
+def start_quarantine(
+    spark: SparkSession,
+    spec: JoinSpec,
+    *,
+    bootstrap: str,
+    s: Settings | None = None,
+    available_now: bool = False,
+    trigger_interval: str | None = None,
+) -> StreamingQuery:
     """The stream's bad records (both topics) to the quarantine table, keyed by Kafka position."""
     tables = Tables.of(spec, s)
     _ensure_recorder(spark, tables)
     limit = spec.streaming.max_offsets_per_trigger
-    left, right = (quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, st.topic, limit), st, spec),
-                                   st, "stream") for st in (spec.left, spec.right))
+    left, right = (
+        quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, st.topic, limit), st, spec), st, "stream")
+        for st in (spec.left, spec.right)
+    )
     bad = left.unionByName(right)
 
     # one Kafka position per row and no replay of this query: per-batch idempotence suffices
@@ -191,8 +232,12 @@ def start_quarantine(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: 
         finally:
             batch.unpersist()
 
-    w = (bad.writeStream.queryName(QUARANTINE_QUERY).outputMode("append")
-         .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY)).foreachBatch(write_quarantine_batch))
+    w = (
+        bad.writeStream.queryName(QUARANTINE_QUERY)
+        .outputMode("append")
+        .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY))
+        .foreachBatch(write_quarantine_batch)
+    )
     return _with_trigger(w, spec, available_now, trigger_interval).start()
 
 
@@ -230,8 +275,14 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
 
 
-def run_continuous(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, trigger_interval: str | None = None,
-                   s: Settings | None = None) -> None:
+def run_continuous(
+    spark: SparkSession,
+    spec: JoinSpec,
+    *,
+    bootstrap: str,
+    trigger_interval: str | None = None,
+    s: Settings | None = None,
+) -> None:
     """Run the join (and quarantine) queries until one ends; a failed query raises with its error."""
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
     spark.streams.awaitAnyTermination()

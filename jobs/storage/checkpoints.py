@@ -32,12 +32,14 @@ def local_path(path: str | Path) -> Path:
     """A checkpoint location as a local path (``file:`` URIs accepted)."""
     s = str(path)
     if s.startswith("file://"):
-        s = s[len("file://"):]
+        s = s[len("file://") :]
     elif s.startswith("file:"):
-        s = s[len("file:"):]
+        s = s[len("file:") :]
     elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", s):
-        raise CheckpointError(f"{s}: only local checkpoints can be inspected by this tool "
-                              "(copy it locally, or point storage_root at a local path)")
+        raise CheckpointError(
+            f"{s}: only local checkpoints can be inspected by this tool "
+            "(copy it locally, or point storage_root at a local path)"
+        )
     return Path(s)
 
 
@@ -72,7 +74,8 @@ def read_log_file(path: Path, kind: str) -> tuple[str, list[Any]]:
     if len(body) < minimum:
         raise CheckpointError(
             f"{path}: truncated {kind} file: {len(body)} line(s) after {version}, expected at least {minimum} "
-            + ("(metadata + one line per source)" if kind == "offsets" else "(commit metadata)"))
+            + ("(metadata + one line per source)" if kind == "offsets" else "(commit metadata)")
+        )
     entries: list[Any] = []
     for i, line in enumerate(body, start=2):
         if kind == "offsets" and i > 2 and line.strip() == "-":
@@ -81,8 +84,9 @@ def read_log_file(path: Path, kind: str) -> tuple[str, list[Any]]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
-            raise CheckpointError(f"{path}: line {i} is not valid JSON ({e.msg} at column {e.colno}); "
-                                  "the file is corrupt or truncated") from None
+            raise CheckpointError(
+                f"{path}: line {i} is not valid JSON ({e.msg} at column {e.colno}); the file is corrupt or truncated"
+            ) from None
         if not isinstance(value, dict):
             raise CheckpointError(f"{path}: line {i} is JSON {type(value).__name__}, expected an object")
         entries.append(value)

@@ -41,8 +41,9 @@ def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | 
         return None
     if pid_alive(rec.get("pid")):
         return rec
-    log.warning("ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"),
-                rec.get("reason"))
+    log.warning(
+        "ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"), rec.get("reason")
+    )
     return None
 
 
@@ -52,8 +53,9 @@ def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[
     scheduled increments skip: a replay owns the checkpoint folder. Two holds conflict."""
     other = current_hold(spec, s)
     if other is not None and other.get("pid") != os.getpid():
-        raise RuntimeError(f"{spec.pipeline} is already held by pid {other['pid']} since {other.get('since')}: "
-                           f"{other.get('reason')}")
+        raise RuntimeError(
+            f"{spec.pipeline} is already held by pid {other['pid']} since {other.get('since')}: {other.get('reason')}"
+        )
     path = hold_file(spec, s)
     path.parent.mkdir(parents=True, exist_ok=True)
     since = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")

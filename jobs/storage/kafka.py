@@ -69,13 +69,19 @@ def bootstrap_servers(s: Settings | None = None) -> str:
 
 # ------------------------------------------------------------------ kafka-python clients
 
+
 @contextlib.contextmanager
 def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config: Any) -> Iterator[Any]:
     """A kafka-python consumer that commits nothing, closed on exit."""
     from kafka import KafkaConsumer
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                      request_timeout_ms=max(timeout_ms, 1000) + 1000, bootstrap_timeout_ms=timeout_ms, **config)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        request_timeout_ms=max(timeout_ms, 1000) + 1000,
+        bootstrap_timeout_ms=timeout_ms,
+        **config,
+    )
     try:
         yield c
     finally:
@@ -107,15 +113,16 @@ def topic_offsets(bootstrap: str) -> dict[str, dict[str, Any]]:
         for topic in sorted(c.topics()):
             tps = partitions(c, topic)
             ends = c.end_offsets(tps) if tps else {}
-            out[topic] = {"partitions": len(tps),
-                          "end_offsets": {str(tp.partition): off for tp, off in sorted(ends.items())}}
+            out[topic] = {
+                "partitions": len(tps),
+                "end_offsets": {str(tp.partition): off for tp, off in sorted(ends.items())},
+            }
         return out
 
 
 def lag(read: Offsets, ends: Offsets) -> int:
     """Records in ``ends`` not read yet by a reader at ``read``."""
-    return sum(max(0, end - read.get(topic, {}).get(p, 0)) for topic, parts in ends.items()
-               for p, end in parts.items())
+    return sum(max(0, end - read.get(topic, {}).get(p, 0)) for topic, parts in ends.items() for p, end in parts.items())
 
 
 def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float = 5) -> dict[str, int]:
@@ -126,8 +133,9 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
 
     from kafka import TopicPartition
 
-    behind = [TopicPartition(t, p) for t, parts in ends.items() for p, end in parts.items()
-              if end > read.get(t, {}).get(p, 0)]
+    behind = [
+        TopicPartition(t, p) for t, parts in ends.items() for p, end in parts.items() if end > read.get(t, {}).get(p, 0)
+    ]
     if not behind:
         return {}
     oldest: dict[Any, int] = {}
@@ -176,7 +184,8 @@ def offsets_for_time(bootstrap: str, topic: str, start: datetime) -> dict[str, i
                         f"{topic}[{tp.partition}] no longer holds records from {start.isoformat()}: the oldest "
                         f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; the window "
                         "cannot be rebuilt from Kafka. Rebuild it from the landed Delta tables instead "
-                        "(land the days, then run the batch join for them) or choose a later cut-over")
+                        "(land the days, then run the batch join for them) or choose a later cut-over"
+                    )
             hit = found.get(tp)
             out[str(tp.partition)] = hit.offset if hit is not None else latest[tp]
         return out
@@ -252,8 +261,14 @@ def producer(bootstrap: str, **overrides: Any) -> Any:
 
 # ------------------------------------------------------------------ Spark's Kafka source
 
-def read_stream(spark: SparkSession, bootstrap: str, topic: str, max_offsets_per_trigger: int | None = None,
-                starting_offsets: str = "earliest") -> DataFrame:
+
+def read_stream(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    max_offsets_per_trigger: int | None = None,
+    starting_offsets: str = "earliest",
+) -> DataFrame:
     """Spark's Kafka source over one topic, failing (not skipping) when records were deleted."""
     reader = (
         spark.readStream.format("kafka")
@@ -277,6 +292,8 @@ def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, e
         .option("endingTimestamp", str(end_ms))
         .option("startingOffsetsByTimestampStrategy", "latest")
         .load()
-        .where((F.col("timestamp") >= F.timestamp_millis(F.lit(start_ms)))
-               & (F.col("timestamp") < F.timestamp_millis(F.lit(end_ms))))
+        .where(
+            (F.col("timestamp") >= F.timestamp_millis(F.lit(start_ms)))
+            & (F.col("timestamp") < F.timestamp_millis(F.lit(end_ms)))
+        )
     )

@@ -27,8 +27,9 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     # Paper §6.1: the join window is state; RocksDB keeps it off the JVM heap and
     # changelog checkpointing makes each micro-batch's commit small.
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "true",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
@@ -83,8 +84,9 @@ def _log4j_config(s: Settings) -> str:
     return str(path)
 
 
-def get_spark(app_name: str = "joinshift", s: Settings | None = None,
-              extra_conf: dict[str, str] | None = None) -> SparkSession:
+def get_spark(
+    app_name: str = "joinshift", s: Settings | None = None, extra_conf: dict[str, str] | None = None
+) -> SparkSession:
     """Return the process's Spark session, creating it on first use.
 
     Example::

@@ -14,8 +14,13 @@ from jobs.workload.texts import _ids, _iso1
 if TYPE_CHECKING:
     from jobs.workload.generator import _Side
 
-_EXTRA_FIELDS = (("debug", "true"), ("client_version", '"9.4.1"'), ("experiment_id", '"exp_42"'),
-                 ("trace_id", '"7f3a9c"'), ("app_build", "20261118"))
+_EXTRA_FIELDS = (
+    ("debug", "true"),
+    ("client_version", '"9.4.1"'),
+    ("experiment_id", '"exp_42"'),
+    ("trace_id", '"7f3a9c"'),
+    ("app_build", "20261118"),
+)
 _BAD_VALUES = {
     "int": ('"abc"', '"n/a"', '"twelve"', '"12abc"', '"1O"'),
     "long": ('"abc"', '"n/a"', '"twelve"', '"12abc"'),
@@ -43,8 +48,11 @@ class _BadRecords:
         p, stream = self.p, s.stream
         rng = self.rng(f"{s.name}.bad")
         shares = p.bad.as_dict()
-        eligible = [c for c, t in stream.schema_.items()
-                    if t != "string" and c not in (stream.id, stream.event_time, *stream.key)]
+        eligible = [
+            c
+            for c, t in stream.schema_.items()
+            if t != "string" and c not in (stream.id, stream.event_time, *stream.key)
+        ]
         if not eligible:
             shares["bad_type"] = 0.0
         n_good = len(s.event_ms)
@@ -119,7 +127,6 @@ class _BadRecords:
         return out, extra_good
 
 
-
 def _malform(text: str, fields: dict[str, str | None], rng: np.random.Generator) -> str:
     """A value that is not a JSON object: truncated, form-encoded text, an array or a scalar."""
     u = rng.random()
@@ -131,4 +138,3 @@ def _malform(text: str, fields: dict[str, str | None], rng: np.random.Generator)
     if u < 0.85:
         return json.dumps(list(plain.values()), separators=(",", ":"))
     return ("null", '"server restarted"', "42", "")[int(rng.integers(4))]
-

@@ -64,8 +64,21 @@ import pandas as pd
 from jobs.spec import JoinSpec, StreamSpec
 from jobs.workload.bad import _BadRecords
 from jobs.workload.params import BAD_CLASSES, WorkloadParams
-from jobs.workload.texts import (_ACTIONS, _QUERY_MODIFIERS, _QUERY_WORDS, _Clock, _ds_of, _formatter, _ids,
-                                 _is_night, _local_midnight_ms, _ms, _zipf_pick, fixed_ids, iso_ms)
+from jobs.workload.texts import (
+    _ACTIONS,
+    _QUERY_MODIFIERS,
+    _QUERY_WORDS,
+    _Clock,
+    _ds_of,
+    _formatter,
+    _ids,
+    _is_night,
+    _local_midnight_ms,
+    _ms,
+    _zipf_pick,
+    fixed_ids,
+    iso_ms,
+)
 
 RECORD_COLUMNS = ("side", "topic", "key", "value", "arrival_ms", "event_id", "expected_reason")
 
@@ -94,12 +107,10 @@ class Workload:
         """Realized statistics: records per topic per arrival day, bad records, delays, matching."""
         r = self.records
         ds = _ds_of(r["arrival_ms"].to_numpy(), self.spec.timezone)
-        per_day = (
-            pd.DataFrame({"topic": r["topic"].to_numpy(), "ds": ds})
-            .groupby(["topic", "ds"]).size()
-        )
-        per_topic_day = {t: {str(d): int(n) for (tt, d), n in per_day.items() if tt == t}
-                         for t in sorted(set(r["topic"]))}
+        per_day = pd.DataFrame({"topic": r["topic"].to_numpy(), "ds": ds}).groupby(["topic", "ds"]).size()
+        per_topic_day = {
+            t: {str(d): int(n) for (tt, d), n in per_day.items() if tt == t} for t in sorted(set(r["topic"]))
+        }
         bad = r["expected_reason"].value_counts().to_dict()
 
         def q(td: pd.Series) -> dict[str, float]:
@@ -107,8 +118,13 @@ class Workload:
             if not len(s):
                 return {}
             p = np.percentile(s, [50, 90, 99, 99.9])
-            return {"p50_s": round(p[0], 1), "p90_s": round(p[1], 1), "p99_s": round(p[2], 1),
-                    "p99.9_s": round(p[3], 1), "max_s": round(float(s.max()), 1)}
+            return {
+                "p50_s": round(p[0], 1),
+                "p90_s": round(p[1], 1),
+                "p99_s": round(p[2], 1),
+                "p99.9_s": round(p[3], 1),
+                "max_s": round(float(s.max()), 1),
+            }
 
         lt = self.left
         linked_left = set(self.links["left_event_id"])
@@ -127,7 +143,6 @@ class Workload:
         }
 
 
-
 # --------------------------------------------------------------------------------------------
 # The generator
 # --------------------------------------------------------------------------------------------
@@ -139,13 +154,13 @@ class _Side:
 
     name: str
     stream: StreamSpec
-    event_ms: np.ndarray                       # int64
-    arrival_ms: np.ndarray                     # int64
-    ids: np.ndarray                            # event id as text (object str)
-    kafka_key: np.ndarray                      # object str
-    typed: dict[str, np.ndarray]               # schema column -> typed values (ms for timestamps)
-    text: dict[str, tuple[Any, bool]]          # schema column -> (values to print, quoted)
-    values: list[str]                          # the JSON payloads
+    event_ms: np.ndarray  # int64
+    arrival_ms: np.ndarray  # int64
+    ids: np.ndarray  # event id as text (object str)
+    kafka_key: np.ndarray  # object str
+    typed: dict[str, np.ndarray]  # schema column -> typed values (ms for timestamps)
+    text: dict[str, tuple[Any, bool]]  # schema column -> (values to print, quoted)
+    values: list[str]  # the JSON payloads
 
 
 class _Generator(_BadRecords):
@@ -155,7 +170,8 @@ class _Generator(_BadRecords):
         self.tz = spec.timezone
         self.bounds = np.array(
             [_local_midnight_ms(params.start_date + timedelta(days=d), self.tz) for d in range(params.days + 1)],
-            dtype=np.int64)
+            dtype=np.int64,
+        )
         self.t0, self.t_end = int(self.bounds[0]), int(self.bounds[-1])
         margin = 3 * 86_400_000
         self.clock = _Clock(self.tz, self.t0 - margin, self.t_end + margin)
@@ -268,8 +284,15 @@ class _Generator(_BadRecords):
 
     # -- payloads ---------------------------------------------------------------------------
 
-    def build_side(self, name: str, event_ms: np.ndarray, arrival_ms: np.ndarray, key_idx: np.ndarray,
-                   n_keys: int, extra: dict[str, np.ndarray | None]) -> _Side:
+    def build_side(
+        self,
+        name: str,
+        event_ms: np.ndarray,
+        arrival_ms: np.ndarray,
+        key_idx: np.ndarray,
+        n_keys: int,
+        extra: dict[str, np.ndarray | None],
+    ) -> _Side:
         stream = self.spec.side(name)
         n = len(event_ms)
         rng = self.rng(f"{name}.payload")
@@ -306,8 +329,9 @@ class _Generator(_BadRecords):
         values = _formatter([(c, text[c][1]) for c in stream.schema_])(*(text[c][0] for c in stream.schema_))
         return _Side(name, stream, event_ms, arrival_ms, ids, kafka_key, typed, text, values)
 
-    def payload_column(self, rng: np.random.Generator, col: str, typ: str, n: int,
-                       extra: dict[str, np.ndarray | None]) -> tuple[np.ndarray, tuple[Any, bool]]:
+    def payload_column(
+        self, rng: np.random.Generator, col: str, typ: str, n: int, extra: dict[str, np.ndarray | None]
+    ) -> tuple[np.ndarray, tuple[Any, bool]]:
         """Typed values and (printable values, quoted) of one payload column."""
         if col == "query" and typ == "string":
             vocab = np.array([f"{m}{w}" for w in _QUERY_WORDS for m in _QUERY_MODIFIERS], dtype=object)
@@ -412,8 +436,9 @@ def generate(params: WorkloadParams, spec: JoinSpec) -> Workload:
         cols["value"].append(values)
         cols["arrival_ms"].append(np.concatenate([s.arrival_ms, np.array(bad["arrival_ms"], dtype=np.int64)]))
         cols["event_id"].append(np.concatenate([s.ids, np.array(bad["event_id"], dtype=object)]))
-        cols["expected_reason"].append(np.concatenate([np.full(n, None, dtype=object),
-                                                       np.array(bad["expected_reason"], dtype=object)]))
+        cols["expected_reason"].append(
+            np.concatenate([np.full(n, None, dtype=object), np.array(bad["expected_reason"], dtype=object)])
+        )
         frames[s.name] = _good_frame(s, extra)
 
     flat = {c: np.concatenate(v) for c, v in cols.items()}
@@ -424,5 +449,4 @@ def generate(params: WorkloadParams, spec: JoinSpec) -> Workload:
     linked = np.flatnonzero(li >= 0)
     by_left = linked[np.lexsort((linked, li[linked]))]
     links = pd.DataFrame({"left_event_id": left.ids[li[by_left]], "right_event_id": right.ids[by_left]})
-    return Workload(records=records, left=frames["left"], right=frames["right"], links=links,
-                    params=params, spec=spec)
+    return Workload(records=records, left=frames["left"], right=frames["right"], links=links, params=params, spec=spec)

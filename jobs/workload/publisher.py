@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-
 log = logging.getLogger("joinshift.workload")
 
 
@@ -45,8 +44,14 @@ def iter_slices(records: pd.DataFrame, slice_minutes: float) -> Iterator[tuple[i
         end += step
 
 
-def publish(records: pd.DataFrame, bootstrap: str, *, progress: Callable[[int, int], None] | None = None,
-            every: int = 50_000, producer: Any = None) -> dict[str, int]:
+def publish(
+    records: pd.DataFrame,
+    bootstrap: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    every: int = 50_000,
+    producer: Any = None,
+) -> dict[str, int]:
     """Send every record to its topic, in arrival order, with ``timestamp_ms = arrival_ms``.
 
     Keys and values are sent as UTF-8 (a ``None`` key stays null). The producer batches

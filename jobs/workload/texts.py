@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from datetime import time as dtime
 from zoneinfo import ZoneInfo
 
@@ -64,8 +64,9 @@ def _ds_of(ms: np.ndarray, tz: str) -> np.ndarray:
 # Fast text: fixed-width byte matrices, decoded in one go and split into Python strings.
 
 _DIGITS4 = np.array([list(f"{i:04d}".encode()) for i in range(10_000)], dtype=np.uint8)
-_HMS = np.array([list(f"{h:02d}:{m:02d}:{s:02d}".encode())
-                 for h in range(24) for m in range(60) for s in range(60)], dtype=np.uint8)
+_HMS = np.array(
+    [list(f"{h:02d}:{m:02d}:{s:02d}".encode()) for h in range(24) for m in range(60) for s in range(60)], dtype=np.uint8
+)
 _MILLIS = np.array([list(f".{i:03d}Z".encode()) for i in range(1000)], dtype=np.uint8)
 
 
@@ -86,8 +87,8 @@ def _digit_matrix(x: np.ndarray, width: int) -> np.ndarray:
     cols = -(-width // 4) * 4
     out = np.empty((len(x), cols), dtype=np.uint8)
     for j in range(cols // 4):
-        out[:, cols - 4 * (j + 1): cols - 4 * j] = _DIGITS4[(x // 10 ** (4 * j)) % 10_000]
-    return out[:, cols - width:]
+        out[:, cols - 4 * (j + 1) : cols - 4 * j] = _DIGITS4[(x // 10 ** (4 * j)) % 10_000]
+    return out[:, cols - width :]
 
 
 def fixed_ids(prefix: str, x: np.ndarray, width: int) -> np.ndarray:
@@ -97,7 +98,7 @@ def fixed_ids(prefix: str, x: np.ndarray, width: int) -> np.ndarray:
     p = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
     mat = np.empty((len(x), len(p) + width), dtype=np.uint8)
     mat[:, : len(p)] = p
-    mat[:, len(p):] = _digit_matrix(x, width)
+    mat[:, len(p) :] = _digit_matrix(x, width)
     return _texts(mat)
 
 
@@ -121,7 +122,7 @@ def iso_ms(ms: np.ndarray) -> np.ndarray:
 
 
 def _iso1(ms: int) -> str:
-    dt = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    dt = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -133,8 +134,9 @@ def _formatter(parts: list[tuple[str, bool]]) -> Callable[..., list[str]]:
     """
     for name, _ in parts:
         assert _IDENT.match(name), name
-    fields = ",".join(f'"{name}":' + ('"{c%d}"' % i if quoted else "{c%d}" % i)
-                      for i, (name, quoted) in enumerate(parts))
+    fields = ",".join(
+        f'"{name}":' + (f'"{{c{i}}}"' if quoted else f"{{c{i}}}") for i, (name, quoted) in enumerate(parts)
+    )
     args = ", ".join(f"c{i}" for i in range(len(parts)))
     src = f"lambda *cols: [f'{{{{{fields}}}}}' for {args}{',' if len(parts) == 1 else ''} in zip(*cols)]"
     return eval(src)  # noqa: S307 - built from identifiers only
@@ -145,13 +147,50 @@ def _formatter(parts: list[tuple[str, bool]]) -> Callable[..., list[str]]:
 # --------------------------------------------------------------------------------------------
 
 _QUERY_WORDS = (
-    "cheap flights", "weather", "pizza near me", "news", "football scores", "recipes", "jobs",
-    "hotels", "movie times", "python tutorial", "translate", "maps", "bank login", "stock price",
-    "running shoes", "laptop deals", "concert tickets", "pharmacy hours", "car rental", "yoga",
-    "electric bikes", "holiday gifts", "black friday", "tax calculator", "coffee shop", "gym",
-    "vegan cake", "winter jacket", "train schedule", "phone repair", "dentist", "museum",
-    "book club", "garden tools", "dog food", "piano lessons", "ski resort", "sushi", "camping",
-    "headphones", "thanksgiving recipes", "flu symptoms", "used cars", "apartment rent",
+    "cheap flights",
+    "weather",
+    "pizza near me",
+    "news",
+    "football scores",
+    "recipes",
+    "jobs",
+    "hotels",
+    "movie times",
+    "python tutorial",
+    "translate",
+    "maps",
+    "bank login",
+    "stock price",
+    "running shoes",
+    "laptop deals",
+    "concert tickets",
+    "pharmacy hours",
+    "car rental",
+    "yoga",
+    "electric bikes",
+    "holiday gifts",
+    "black friday",
+    "tax calculator",
+    "coffee shop",
+    "gym",
+    "vegan cake",
+    "winter jacket",
+    "train schedule",
+    "phone repair",
+    "dentist",
+    "museum",
+    "book club",
+    "garden tools",
+    "dog food",
+    "piano lessons",
+    "ski resort",
+    "sushi",
+    "camping",
+    "headphones",
+    "thanksgiving recipes",
+    "flu symptoms",
+    "used cars",
+    "apartment rent",
 )
 _QUERY_MODIFIERS = ("", "best ", "cheap ", "how to ", "open now ", "2026 ", "reviews ")
 _ACTIONS = (("click", 0.70), ("dwell", 0.14), ("back", 0.08), ("save", 0.05), ("share", 0.03))
@@ -163,10 +202,8 @@ def _zipf_pick(rng: np.random.Generator, size: int, n: int, exponent: float = 1.
     return np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right"), size - 1)
 
 
-
 def _ids(side: str, seq: np.ndarray, string_id: bool) -> np.ndarray:
     """Event ids as text: "L000000123" / "R000000456" for string ids, 1-based numbers otherwise."""
     if string_id:
         return fixed_ids("L" if side == "left" else "R", seq, 9)
     return np.array([str(v + 1) for v in np.asarray(seq).tolist()], dtype=object)
-

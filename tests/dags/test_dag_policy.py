@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 DAG_FILES = sorted((Path(__file__).resolve().parents[2] / "dags").glob("*.py"))
-EXPECTED = {"joinshift_daily", "joinshift_stream", "joinshift_compare", "joinshift_simulate", "joinshift_report",
-            "joinshift_supervise", "joinshift_replay"}
+EXPECTED = {
+    "joinshift_daily",
+    "joinshift_stream",
+    "joinshift_compare",
+    "joinshift_simulate",
+    "joinshift_report",
+    "joinshift_supervise",
+    "joinshift_replay",
+}
 
 
 def test_dagbag_has_no_import_errors(dagbag):
@@ -23,7 +30,8 @@ def test_dag_files_are_wiring_only(path):
     tree = ast.parse(path.read_text())
     top_imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {a.name.split(".")[0] for n in top_imports for a in n.names} | {
-        (n.module or "").split(".")[0] for n in top_imports if isinstance(n, ast.ImportFrom)}
+        (n.module or "").split(".")[0] for n in top_imports if isinstance(n, ast.ImportFrom)
+    }
     assert not names & {"pyspark", "kafka", "jobs", "delta", "great_expectations"}, names
     assert len(path.read_text().splitlines()) <= 80
 

@@ -41,11 +41,22 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, s
     assert len(expected) > 150
 
     # the stream process is a separate JVM: a small heap for it
-    run = dataclasses.replace(test_settings, storage_root=str(test_root / name / "supervised"),
-                              spark_driver_memory="1g")
+    run = dataclasses.replace(
+        test_settings, storage_root=str(test_root / name / "supervised"), spark_driver_memory="1g"
+    )
     spec_path = write_spec(ch, test_root / name / "chaos.yaml")
-    res = chaos_run(ch, spec_path, run, kafka, kills=KILLS, seed=2026, broker=EmbeddedKafka(test_settings),
-                    broker_bounce_after=max(1, KILLS - 2), backoff_s=(0.5, 1), log=lambda m: print(m, flush=True))
+    res = chaos_run(
+        ch,
+        spec_path,
+        run,
+        kafka,
+        kills=KILLS,
+        seed=2026,
+        broker=EmbeddedKafka(test_settings),
+        broker_bounce_after=max(1, KILLS - 2),
+        backoff_s=(0.5, 1),
+        log=lambda m: print(m, flush=True),
+    )
     print({k: v for k, v in res.items() if k != "report"})
 
     got = output_rows(spark, ch, run)
@@ -63,6 +74,9 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, s
     n = load_health_table(spark, ch, run)
     assert load_health_table(spark, ch, run) == n  # a reload replaces, never duplicates
     table = spark.read.format("delta").load(Tables.of(ch, run)._t("stream_health"))
-    assert table.count() == table.select("sampled_at").distinct().count() == len(
-        {line for line in health_log(ch, run).read_text().splitlines()})
+    assert (
+        table.count()
+        == table.select("sampled_at").distinct().count()
+        == len({line for line in health_log(ch, run).read_text().splitlines()})
+    )
     assert table.where("state = 'exited'").count() >= 1

@@ -14,7 +14,7 @@ import json
 import re
 import socket
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,13 +24,13 @@ from kafka import KafkaProducer
 from jobs.operate import checkpoint as ckpt
 from jobs.operate.checkpoint import backup_checkpoint, inspect_checkpoint
 from jobs.operate.checkpoint_validate import validate_checkpoint
-from jobs.storage.kafka import create_topic
 from jobs.steps.stream import start_streaming_join
+from jobs.storage.kafka import create_topic
 from jobs.storage.tables import Tables
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2026, 11, 20, 10, 15, 30, 123000, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 20, 10, 15, 30, 123000, tzinfo=UTC)
 
 
 def iso(t: datetime) -> str:
@@ -44,8 +44,14 @@ def publish(bootstrap: str, topic: str, records: list[dict], arrival_delay=timed
         futures = []
         for r in records:
             ts = datetime.fromisoformat(r["event_time"].replace("Z", "+00:00")) + arrival_delay
-            futures.append(producer.send(topic, key=r["session_id"].encode(), value=json.dumps(r).encode(),
-                                         timestamp_ms=int(ts.timestamp() * 1000)))
+            futures.append(
+                producer.send(
+                    topic,
+                    key=r["session_id"].encode(),
+                    value=json.dumps(r).encode(),
+                    timestamp_ms=int(ts.timestamp() * 1000),
+                )
+            )
         producer.flush(timeout=30)
         for f in futures:
             f.get(timeout=30)
@@ -54,28 +60,49 @@ def publish(bootstrap: str, topic: str, records: list[dict], arrival_delay=timed
 
 
 def responses(n: int, start: int = 0) -> list[dict]:
-    return [{"event_id": f"L{i}", "session_id": f"s{i % 3}", "event_time": iso(T0 + timedelta(minutes=i)),
-             "query": f"q{i}", "result_count": 10 + i} for i in range(start, start + n)]
+    return [
+        {
+            "event_id": f"L{i}",
+            "session_id": f"s{i % 3}",
+            "event_time": iso(T0 + timedelta(minutes=i)),
+            "query": f"q{i}",
+            "result_count": 10 + i,
+        }
+        for i in range(start, start + n)
+    ]
 
 
 def clicks(n: int, start: int = 0) -> list[dict]:
-    return [{"event_id": f"R{i}", "session_id": f"s{i % 3}", "event_time": iso(T0 + timedelta(minutes=i, seconds=20)),
-             "action": "click", "position": i % 5} for i in range(start, start + n)]
+    return [
+        {
+            "event_id": f"R{i}",
+            "session_id": f"s{i % 3}",
+            "event_time": iso(T0 + timedelta(minutes=i, seconds=20)),
+            "action": "click",
+            "position": i % 5,
+        }
+        for i in range(start, start + n)
+    ]
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
 def run(spark, kafka, spec, test_settings, tmp_path_factory):
     """One real streaming-join run: unique topics and storage root; returns what the tests need."""
     tag = uuid.uuid4().hex[:8]
-    spec = spec.model_copy(update={
-        "left": spec.left.model_copy(update={"topic": f"ckpt_{tag}_responses"}),
-        "right": spec.right.model_copy(update={"topic": f"ckpt_{tag}_clicks"}),
-    })
+    spec = spec.model_copy(
+        update={
+            "left": spec.left.model_copy(update={"topic": f"ckpt_{tag}_responses"}),
+            "right": spec.right.model_copy(update={"topic": f"ckpt_{tag}_clicks"}),
+        }
+    )
     root = tmp_path_factory.mktemp("ckpt_inspect")
     s = dataclasses.replace(test_settings, storage_root=str(root / "storage"))
     for topic in (spec.left.topic, spec.right.topic):
@@ -93,8 +120,13 @@ def run(spark, kafka, spec, test_settings, tmp_path_factory):
 
     spec_file = root / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True), sort_keys=False))
-    return {"spec": spec, "settings": s, "checkpoint": Path(Tables.of(spec, s).checkpoint("stream_join")),
-            "spec_file": str(spec_file), "root": root}
+    return {
+        "spec": spec,
+        "settings": s,
+        "checkpoint": Path(Tables.of(spec, s).checkpoint("stream_join")),
+        "spec_file": str(spec_file),
+        "root": root,
+    }
 
 
 def test_inspect_reports_batches_offsets_lag_and_state(spark, kafka, run):
@@ -194,10 +226,11 @@ def test_broken_checkpoints_are_reported_with_the_replay_path(run):
 
     def drop_state(c: Path):
         import shutil
+
         shutil.rmtree(c / "state")
 
     def garble_commit(c: Path):
-        (c / "commits" / str(last)).write_text("v1\n{\"nextBatchWatermarkMs\":")
+        (c / "commits" / str(last)).write_text('v1\n{"nextBatchWatermarkMs":')
 
     cases = {
         "corrupt_offsets": (truncate_latest_offsets, f"offsets/{last}"),
@@ -256,6 +289,7 @@ def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
 
     def no_broker(*_a, **_k):
         raise RuntimeError("No Kafka broker")
+
     monkeypatch.setattr(jobs.storage.kafka, "bootstrap_servers", no_broker)
     assert checkpoint_cli(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -17,8 +17,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs.cli import main
 from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
-from jobs.storage.kafka import bootstrap_servers, create_topic
 from jobs.settings import Settings, settings
+from jobs.storage.kafka import bootstrap_servers, create_topic
 
 THREE_DAYS_MS = 3 * 24 * 3600 * 1000
 
@@ -33,8 +33,7 @@ def _produce(bootstrap: str, topic: str, n: int, ts0: int) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     try:
         futures = [
-            producer.send(topic, key=str(i).encode(), value=f"v{i}".encode(), timestamp_ms=ts0 + i)
-            for i in range(n)
+            producer.send(topic, key=str(i).encode(), value=f"v{i}".encode(), timestamp_ms=ts0 + i) for i in range(n)
         ]
         producer.flush(timeout=30)
         for f in futures:
@@ -172,9 +171,7 @@ def test_transactional_producer_and_read_committed(broker: EmbeddedKafka) -> Non
     finally:
         producer.close()
 
-    records = _consume_all(
-        bootstrap, "txn", 10, auto_offset_reset="earliest", isolation_level="read_committed"
-    )
+    records = _consume_all(bootstrap, "txn", 10, auto_offset_reset="earliest", isolation_level="read_committed")
     assert sorted(r.value for r in records) == sorted(f"committed{i}".encode() for i in range(10))
     # A consumer group (offsets topic with one replica) works too.
     group = KafkaConsumer(

@@ -8,7 +8,7 @@ records its watermark dropped, and those drops must match Spark's own count.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -26,7 +26,7 @@ SLICE_MINUTES = 120  # coarse: each micro-batch costs ~2 s on 2 cores
 
 
 def _utc(d: date) -> datetime:
-    return datetime.combine(d, datetime.min.time(), timezone.utc)
+    return datetime.combine(d, datetime.min.time(), UTC)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +114,10 @@ def test_landing_accounts_for_every_record(pipeline, spark, demo_spec, test_sett
         assert landed_ids == set(getattr(pipeline, side).event_id)
 
 
-@pytest.mark.parametrize("variant,right_days,windowed", [
-    ("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)])
+@pytest.mark.parametrize(
+    "variant,right_days,windowed",
+    [("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)],
+)
 def test_batch_variants_are_exact(pipeline, spark, demo_spec, test_settings, variant, right_days, windowed):
     from jobs.storage.tables import Tables
 
@@ -139,7 +141,9 @@ def test_batch_1d_2d_finds_what_the_midnight_cutoff_hides(pipeline, spark, demo_
     assert one < two  # strictly more: late clicks that landed in the next ds
 
 
-def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pipeline, spark, demo_spec, test_settings):
+def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(
+    pipeline, spark, demo_spec, test_settings
+):
     from jobs.accuracy.attribution import WATERMARK_POLICIES, stream_view
     from jobs.join.conditions import join_events
     from jobs.storage.progress import JOIN_QUERY, read_progress
@@ -147,8 +151,11 @@ def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pi
 
     t = Tables.of(demo_spec, test_settings)
     progress = read_progress(t.progress_log(JOIN_QUERY))
-    spark_dropped = sum(op.get("numRowsDroppedByWatermark", 0)
-                        for p in {p["batchId"]: p for p in progress}.values() for op in p["stateOperators"])
+    spark_dropped = sum(
+        op.get("numRowsDroppedByWatermark", 0)
+        for p in {p["batchId"]: p for p in progress}.values()
+        for op in p["stateOperators"]
+    )
     assert spark_dropped > 0  # the workload's hours-late clicks must cost the stream something
     # re-sent records reach the join too (the sink writes their pairs once); landing quarantined them
     resent = _read(spark, t.quarantine).where("stage = 'landing' AND reason = 'duplicate_event_id'").count()
@@ -157,16 +164,21 @@ def test_stream_equals_windowed_join_minus_exactly_what_the_watermark_dropped(pi
 
     explained = []
     for policy in WATERMARK_POLICIES:
-        left, right = stream_view(spark, demo_spec, _read(spark, t.landed("left")), _read(spark, t.landed("right")),
-                                  progress, policy)
+        left, right = stream_view(
+            spark, demo_spec, _read(spark, t.landed("left")), _read(spark, t.landed("right")), progress, policy
+        )
         left, right = left.cache(), right.cache()
         assert left.where("_batch_id IS NULL").count() == 0 and right.where("_batch_id IS NULL").count() == 0
         dropped = left.where("_dropped_late").count() + right.where("_dropped_late").count()
         if not dropped <= spark_dropped <= dropped + resent:
             continue
         ann = ("_batch_id", "_watermark", "_dropped_late")
-        kept = join_events(left.where("NOT _dropped_late").drop(*ann), right.where("NOT _dropped_late").drop(*ann),
-                           demo_spec, windowed=True)
+        kept = join_events(
+            left.where("NOT _dropped_late").drop(*ann),
+            right.where("NOT _dropped_late").drop(*ann),
+            demo_spec,
+            windowed=True,
+        )
         if all(_same_pairs(stream, kept, f"ds = '{ds}' AND right_event_id IS NOT NULL") for ds in DAYS):
             explained.append(policy)
     assert explained, f"no watermark policy explains the stream's output ({spark_dropped} rows dropped by Spark)"
@@ -179,7 +191,8 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, demo_s
     t = Tables.of(demo_spec, test_settings)
     metrics = [r.asDict() for r in _read(spark, t.match_metrics).collect()]
     assert {(m["ds"], m["variant"]) for m in metrics} == {
-        (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")}
+        (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")
+    }
     expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, 0, True)
     for m in metrics:
         assert m["left_events"] == int((left.ds == m["ds"]).sum())
@@ -235,8 +248,14 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
     data = json.loads((folder / "report.json").read_text())
     for key in ("match_rates", "boundary_deltas", "sweep", "pt", "attribution", "recommendation", "gates", "runbooks"):
         assert data.get(key), f"report section {key} is empty"
-    for png in ("match_rate_by_day", "match_rate_vs_window", "memory_vs_window", "pt_delay", "boundary_deltas",
-                "attribution"):
+    for png in (
+        "match_rate_by_day",
+        "match_rate_vs_window",
+        "memory_vs_window",
+        "pt_delay",
+        "boundary_deltas",
+        "attribution",
+    ):
         assert (folder / f"{png}.png").stat().st_size > 5000
     rec = data["recommendation"]
     assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1

@@ -26,32 +26,41 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from jobs.storage import delta_io
-from jobs.join.conditions import join_events
 from jobs.accuracy.compare import METRIC_COLUMNS
+from jobs.join.conditions import join_events
 from jobs.quality.gates import GateFailed, assert_gates, gates_path, run_gates, validate_frame, write_gate_results
-from jobs.quality.suites import (EXPECTATIONS_DIR, KINDS, build_suites, load_suites, suite_dict, suites_out_of_sync,
-                                 write_suites)
+from jobs.quality.suites import (
+    EXPECTATIONS_DIR,
+    KINDS,
+    build_suites,
+    load_suites,
+    suite_dict,
+    suites_out_of_sync,
+    write_suites,
+)
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinOptions, JoinType
+from jobs.storage import delta_io
 from jobs.storage.tables import Tables
 
 pytestmark = pytest.mark.integration
 
 DS = date(2026, 11, 20)
-METRICS_SCHEMA = ("ds date, variant string, left_events bigint, matched_left bigint, match_rate double, "
-                  "pairs bigint, to_lower_p1 double, to_lower_p50 double, to_lower_p99 double, "
-                  "to_upper_p1 double, to_upper_p50 double, to_upper_p99 double, computed_at timestamp")
+METRICS_SCHEMA = (
+    "ds date, variant string, left_events bigint, matched_left bigint, match_rate double, "
+    "pairs bigint, to_lower_p1 double, to_lower_p50 double, to_lower_p99 double, "
+    "to_upper_p1 double, to_upper_p50 double, to_upper_p99 double, computed_at timestamp"
+)
 
 
 def t(hhmm: str, day: int = 20) -> datetime:
     h, m = (int(x) for x in hhmm.split(":"))
-    return datetime(2026, 11, day, h, m, tzinfo=timezone.utc)
+    return datetime(2026, 11, day, h, m, tzinfo=UTC)
 
 
 def landed(spark, spec, side: str, rows: list[tuple]):
@@ -66,25 +75,37 @@ def landed(spark, spec, side: str, rows: list[tuple]):
 
 
 def good_left(spark, spec):
-    return landed(spark, spec, "left", [
-        ("L1", "s1", t("12:00"), t("12:01"), "shoes", 10),
-        ("L2", "s2", t("13:00"), t("13:01"), "hats", 3),
-        ("L3", "s3", t("14:00"), t("14:01"), "gloves", 0),
-    ])
+    return landed(
+        spark,
+        spec,
+        "left",
+        [
+            ("L1", "s1", t("12:00"), t("12:01"), "shoes", 10),
+            ("L2", "s2", t("13:00"), t("13:01"), "hats", 3),
+            ("L3", "s3", t("14:00"), t("14:01"), "gloves", 0),
+        ],
+    )
 
 
 def good_right(spark, spec):
-    return landed(spark, spec, "right", [
-        ("R1", "s1", t("12:10"), t("12:20"), "click", 1),
-        ("R2", "s1", t("11:00"), t("12:30"), "click", 2),
-        ("R3", "s2", t("13:05"), t("13:06"), "add_to_cart", 1),
-    ])
+    return landed(
+        spark,
+        spec,
+        "right",
+        [
+            ("R1", "s1", t("12:10"), t("12:20"), "click", 1),
+            ("R2", "s1", t("11:00"), t("12:30"), "click", 2),
+            ("R3", "s2", t("13:05"), t("13:06"), "add_to_cart", 1),
+        ],
+    )
 
 
 def metrics_rows(spark, stream_rate: float, baseline_rate: float):
-    now = datetime(2026, 11, 21, 1, 0, tzinfo=timezone.utc)
-    rows = [(DS, v, 3, round(r * 3), r, round(r * 3), *([None] * 6), now)
-            for v, r in (("stream", stream_rate), ("batch_1d_windowed", baseline_rate))]
+    now = datetime(2026, 11, 21, 1, 0, tzinfo=UTC)
+    rows = [
+        (DS, v, 3, round(r * 3), r, round(r * 3), *([None] * 6), now)
+        for v, r in (("stream", stream_rate), ("batch_1d_windowed", baseline_rate))
+    ]
     return spark.createDataFrame(rows, METRICS_SCHEMA)
 
 
@@ -122,20 +143,35 @@ def good(spark, spec, test_settings, tmp_path_factory):
 def bad(spark, spec, test_settings, tmp_path_factory):
     s = dataclasses.replace(test_settings, storage_root=str(tmp_path_factory.mktemp("quality_bad")))
     tables = Tables.of(spec, s)
-    left = good_left(spark, spec).unionByName(landed(spark, spec, "left", [
-        ("L4", None, t("12:00"), t("12:01"), "socks", 1),                  # null key
-        ("L1", "s1", t("12:00"), t("12:05"), "shoes", 10),                 # re-sent id
-        ("L5", "s5", t("12:00", day=17), t("12:00"), "old", 1),            # 3d before arrival
-        ("L6", "s6", t("00:20", day=21), t("00:30", day=21), "late", 1, DS),  # arrived the next day
-    ]))
-    right = good_right(spark, spec).unionByName(landed(spark, spec, "right", [
-        ("R9", "s2", t("15:00"), t("12:00"), "click", 4),                  # 3h after arrival
-    ]))
+    left = good_left(spark, spec).unionByName(
+        landed(
+            spark,
+            spec,
+            "left",
+            [
+                ("L4", None, t("12:00"), t("12:01"), "socks", 1),  # null key
+                ("L1", "s1", t("12:00"), t("12:05"), "shoes", 10),  # re-sent id
+                ("L5", "s5", t("12:00", day=17), t("12:00"), "old", 1),  # 3d before arrival
+                ("L6", "s6", t("00:20", day=21), t("00:30", day=21), "late", 1, DS),  # arrived the next day
+            ],
+        )
+    )
+    right = good_right(spark, spec).unionByName(
+        landed(
+            spark,
+            spec,
+            "right",
+            [
+                ("R9", "s2", t("15:00"), t("12:00"), "click", 4),  # 3h after arrival
+            ],
+        )
+    )
     write(left, tables.landed("left"))
     write(right, tables.landed("right"))
     out = join_events(good_left(spark, spec), good_right(spark, spec), spec, windowed=True)
-    out = out.withColumn("right_action", F.when(F.col("left_event_id") == "L3", F.lit("click"))
-                         .otherwise(F.col("right_action")))
+    out = out.withColumn(
+        "right_action", F.when(F.col("left_event_id") == "L3", F.lit("click")).otherwise(F.col("right_action"))
+    )
     out = out.unionByName(out.where("left_event_id = 'L1' AND right_event_id = 'R1'"))
     write(out, tables.output("stream"))
     write(metrics_rows(spark, 1 / 3, 2 / 3), tables.match_metrics)
@@ -143,6 +179,7 @@ def bad(spark, spec, test_settings, tmp_path_factory):
 
 
 # ---------------------------------------------------------------- suites as files
+
 
 def _snapshot(root: Path) -> dict[str, tuple[float, int]]:
     return {str(p): (p.stat().st_mtime, p.stat().st_size) for p in root.rglob("*")}
@@ -152,22 +189,29 @@ def test_suite_files_in_repo_are_in_sync_with_the_spec(spec):
     before = _snapshot(EXPECTATIONS_DIR)
     assert suites_out_of_sync(spec) == [], (
         "expectations/ differs from build_suites(spec): run "
-        "`joinshift quality write-suites --spec include/specs/search_sessions.yaml`")
+        "`joinshift quality write-suites --spec include/specs/search_sessions.yaml`"
+    )
     loaded = load_suites(spec)  # through GX's file context
     built = build_suites(spec)
     assert set(loaded) == set(KINDS)
     assert {k: suite_dict(v) for k, v in loaded.items()} == {k: suite_dict(v) for k, v in built.items()}
     assert _snapshot(EXPECTATIONS_DIR) == before, "opening the file context must not write to expectations/"
     assert sorted(p.relative_to(EXPECTATIONS_DIR).as_posix() for p in EXPECTATIONS_DIR.rglob("*") if p.is_file()) == [
-        "expectations/search_sessions/accuracy.json", "expectations/search_sessions/join_output.json",
-        "expectations/search_sessions/raw_left.json", "expectations/search_sessions/raw_right.json",
-        "great_expectations.yml"]
+        "expectations/search_sessions/accuracy.json",
+        "expectations/search_sessions/join_output.json",
+        "expectations/search_sessions/raw_left.json",
+        "expectations/search_sessions/raw_right.json",
+        "great_expectations.yml",
+    ]
 
 
 def test_a_spec_change_without_regenerating_is_detected(spec, tmp_path):
-    changed = spec.model_copy(update={
-        "accuracy": spec.accuracy.model_copy(update={"tolerance_pp": 2.0}),
-        "join": JoinOptions(type=JoinType.left_outer, cardinality=Cardinality.one_to_one)})
+    changed = spec.model_copy(
+        update={
+            "accuracy": spec.accuracy.model_copy(update={"tolerance_pp": 2.0}),
+            "join": JoinOptions(type=JoinType.left_outer, cardinality=Cardinality.one_to_one),
+        }
+    )
     assert suites_out_of_sync(changed) == ["join_output", "accuracy"]
     write_suites(changed, tmp_path / "gx")
     assert suites_out_of_sync(changed, tmp_path / "gx") == []
@@ -176,6 +220,7 @@ def test_a_spec_change_without_regenerating_is_detected(spec, tmp_path):
 
 
 # ---------------------------------------------------------------- gates on Delta tables
+
 
 def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, spec, good):
     results = run_gates(spark, spec, DS, good)
@@ -204,13 +249,17 @@ def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, spec, good)
 def test_each_rule_fails_on_data_that_breaks_it(spark, spec, bad):
     results = by_suite(run_gates(spark, spec, DS, bad))
     expected = {
-        "raw_left": {("expect_column_values_to_not_be_null", "session_id"),
-                     ("expect_column_values_to_be_unique", "event_id"),
-                     ("expect_column_values_to_be_between", "_gx_lateness_s"),
-                     ("expect_column_pair_values_to_be_equal", "ds,_gx_arrival_ds")},
+        "raw_left": {
+            ("expect_column_values_to_not_be_null", "session_id"),
+            ("expect_column_values_to_be_unique", "event_id"),
+            ("expect_column_values_to_be_between", "_gx_lateness_s"),
+            ("expect_column_pair_values_to_be_equal", "ds,_gx_arrival_ds"),
+        },
         "raw_right": {("expect_column_values_to_be_between", "_gx_lateness_s")},
-        "join_output": {("expect_compound_columns_to_be_unique", "left_event_id,right_event_id"),
-                        ("expect_column_values_to_be_null", "right_action")},
+        "join_output": {
+            ("expect_compound_columns_to_be_unique", "left_event_id,right_event_id"),
+            ("expect_column_values_to_be_null", "right_action"),
+        },
         "accuracy": {("expect_column_values_to_be_between", "stream_minus_baseline_pp")},
     }
     for suite, want in expected.items():
@@ -223,13 +272,17 @@ def test_each_rule_fails_on_data_that_breaks_it(spark, spec, bad):
     assert "FAILED expect_column_values_to_be_unique(event_id): 2 unexpected (e.g. 'L1'; 'L1')" in raw_left
     assert "FAILED expect_column_values_to_be_between(_gx_lateness_s): 1 unexpected (e.g. 259200)" in raw_left
     assert "FAILED expect_column_pair_values_to_be_equal(ds,_gx_arrival_ds): 1 unexpected" in raw_left
-    assert "FAILED expect_column_values_to_be_between(_gx_lateness_s): 1 unexpected (e.g. -10800)" \
+    assert (
+        "FAILED expect_column_values_to_be_between(_gx_lateness_s): 1 unexpected (e.g. -10800)"
         in results["raw_right"].summary
+    )
     out = results["join_output"].summary
     assert "FAILED expect_compound_columns_to_be_unique(left_event_id,right_event_id): 2 unexpected" in out
     assert "FAILED expect_column_values_to_be_null(right_action): 1 unexpected (e.g. 'click')" in out
-    assert ("FAILED expect_column_values_to_be_between(stream_minus_baseline_pp): 1 unexpected (e.g. -33.3333)"
-            in results["accuracy"].summary)
+    assert (
+        "FAILED expect_column_values_to_be_between(stream_minus_baseline_pp): 1 unexpected (e.g. -33.3333)"
+        in results["accuracy"].summary
+    )
 
     with pytest.raises(GateFailed) as exc:
         assert_gates(list(results.values()))
@@ -249,14 +302,17 @@ def test_one_to_one_and_inner_rules(spark, spec, good, tmp_path):
     write_suites(strict, tmp_path / "gx")
     [r] = run_gates(spark, strict, DS, good, kinds=["join_output"], suites_dir=tmp_path / "gx")
     assert r.suite == "join_output" and r.success is False
-    assert failures(r) == {("expect_column_values_to_be_unique", "left_event_id"),
-                           ("expect_column_values_to_not_be_null", "right_event_id")}, r.summary
+    assert failures(r) == {
+        ("expect_column_values_to_be_unique", "left_event_id"),
+        ("expect_column_values_to_not_be_null", "right_event_id"),
+    }, r.summary
     assert "FAILED expect_column_values_to_be_unique(left_event_id): 2 unexpected (e.g. 'L1'; 'L1')" in r.summary
     assert "FAILED expect_column_values_to_not_be_null(right_event_id): 1 unexpected" in r.summary
 
     suite = load_suites(strict, tmp_path / "gx", ["join_output"])["join_output"]
-    ok = validate_frame(join_events(good_left(spark, spec), good_right(spark, spec), strict, windowed=True),
-                        suite, "join_output")
+    ok = validate_frame(
+        join_events(good_left(spark, spec), good_right(spark, spec), strict, windowed=True), suite, "join_output"
+    )
     assert ok.success is True and ok.evaluated == 5, ok.summary
 
 

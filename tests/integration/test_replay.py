@@ -4,7 +4,7 @@ switch writes nothing twice, the old checkpoint is kept, and a retention gap fai
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,14 +12,15 @@ from pyspark.testing import assertDataFrameEqual
 
 pytestmark = pytest.mark.integration
 
-CUTOVER = datetime(2026, 11, 19, 12, 0, tzinfo=timezone.utc)
+CUTOVER = datetime(2026, 11, 19, 12, 0, tzinfo=UTC)
 
 
 def _spec_for(own_pipeline_spec, spec, name, lower="-3h", upper="+30m"):
     from jobs.spec import WindowSpec, parse_duration
 
     return own_pipeline_spec(
-        name, side={"watermark_delay": spec.timestamp_validity.max_past},
+        name,
+        side={"watermark_delay": spec.timestamp_validity.max_past},
         window=WindowSpec(lower=parse_duration(lower), upper=parse_duration(upper)),
         streaming=spec.streaming.model_copy(update={"max_offsets_per_trigger": 400}),
     )
@@ -50,16 +51,18 @@ def topics(kafka, demo_spec, own_pipeline_spec):
     spec = demo_spec
     deployed = _spec_for(own_pipeline_spec, spec, "replay")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5), spec)
-    records = wl.records.assign(topic=wl.records.topic.map({spec.left.topic: deployed.left.topic,
-                                                            spec.right.topic: deployed.right.topic}))
+    records = wl.records.assign(
+        topic=wl.records.topic.map({spec.left.topic: deployed.left.topic, spec.right.topic: deployed.right.topic})
+    )
     for st in (deployed.left, deployed.right):
         create_topic(kafka, st.topic)
     publish(records, kafka)
     return deployed
 
 
-def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, demo_spec, own_pipeline_spec, topics,
-                                                                 test_settings, test_root):
+def test_window_change_replay_rebuilds_and_writes_nothing_twice(
+    spark, kafka, demo_spec, own_pipeline_spec, topics, test_settings, test_root
+):
     from jobs.operate.replay import replay
 
     deployed = topics
@@ -70,8 +73,8 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, de
 
     plan = replay(spark, changed, CUTOVER, bootstrap=kafka, s=live)
     after = _rows(spark, changed, live)
-    assert plan.backup and Path(plan.backup).exists()              # the old checkpoint is kept
-    assert len({(a, b) for a, b, _ in after}) == len(after)        # nothing written twice
+    assert plan.backup and Path(plan.backup).exists()  # the old checkpoint is kept
+    assert len({(a, b) for a, b, _ in after}) == len(after)  # nothing written twice
     cut = CUTOVER.replace(tzinfo=None)
     # the old run owns them (before is the table read before the replay: rows, not a DataFrame)
     assertDataFrameEqual([r for r in after if r[2] < cut], [r for r in before if r[2] < cut])
@@ -79,7 +82,7 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(spark, kafka, de
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / "replay" / "reference"))
     _run(spark, changed, kafka, reference)
     wanted = {(a, b) for a, b, t in _rows(spark, changed, reference) if t >= cut and b is not None}
-    assert wanted and wanted <= {(a, b) for a, b, _ in after}     # the rebuilt window finds every match
+    assert wanted and wanted <= {(a, b) for a, b, _ in after}  # the rebuilt window finds every match
 
 
 def test_replay_start_is_cutover_minus_span_minus_watermark(demo_spec):
@@ -92,8 +95,8 @@ def test_replay_start_is_cutover_minus_span_minus_watermark(demo_spec):
 def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):
     from kafka import KafkaAdminClient, TopicPartition
 
-    from jobs.storage.kafka import RetentionGap
     from jobs.operate.replay import plan_replay
+    from jobs.storage.kafka import RetentionGap
 
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:

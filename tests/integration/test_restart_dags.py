@@ -8,7 +8,7 @@ DAG run at the retention check, before anything is stopped."""
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -42,16 +42,18 @@ def _pairs(spark, ps):
     from jobs.storage.tables import Tables
 
     df = spark.read.format("delta").load(Tables.of(ps).output("stream"))
-    return [(r.left_event_id, r.right_event_id, r.left_arrival_time)
-            for r in df.select("left_event_id", "right_event_id", "left_arrival_time").collect()]
+    return [
+        (r.left_event_id, r.right_event_id, r.left_arrival_time)
+        for r in df.select("left_event_id", "right_event_id", "left_arrival_time").collect()
+    ]
 
 
 def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kafka, pipeline):
     from jobs.local.chaos import delta_version, wait_until
-    from jobs.storage.processes import pid_alive
+    from jobs.operate.health import health_log
     from jobs.operate.process import StreamProcess
     from jobs.storage.hold import current_hold
-    from jobs.operate.health import health_log
+    from jobs.storage.processes import pid_alive
     from jobs.storage.tables import Tables
 
     ps, path = pipeline
@@ -65,8 +67,9 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     running = subprocess.run(["pgrep", "-f", f"jobs.cli stream --spec {path}"], capture_output=True, text=True)
     assert len(running.stdout.split()) == 1, "every poke must adopt the one process, not start another"
     assert wait_until(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
-    states = {r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health"))
-              .select("state").collect()}
+    states = {
+        r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health")).select("state").collect()
+    }
     assert states & {"starting", "running"}, states
 
     # the supervised stream drains what Kafka holds: then the old run's output is final
@@ -106,9 +109,9 @@ def _drained(ps, bootstrap) -> bool:
 
 def test_a_hold_keeps_the_supervisor_from_starting_the_stream(spec, test_root):
     from jobs.operate.process import StreamProcess
-    from jobs.storage.hold import hold
     from jobs.operate.supervisor import supervise
     from jobs.spec import write_spec
+    from jobs.storage.hold import hold
 
     hs = spec.model_copy(update={"pipeline": "held"})
     path = write_spec(hs, test_root / "held" / "spec.yaml")
@@ -171,7 +174,7 @@ def test_a_replay_dag_run_fails_at_the_retention_check_and_stops_nothing(dagbag,
     finally:
         admin.close()
     path = write_spec(gs, test_root / "dagretention" / "spec.yaml")
-    cutover = datetime(2026, 11, 19, 6, tzinfo=timezone.utc).isoformat()
+    cutover = datetime(2026, 11, 19, 6, tzinfo=UTC).isoformat()
     dr = dagbag.get_dag("joinshift_replay").test(run_conf={"spec": str(path), "cutover": cutover})
     assert "failed" in _state(dr)
     states = {ti.task_id: str(ti.state).lower() for ti in dr.get_task_instances()}

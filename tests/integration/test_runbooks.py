@@ -32,8 +32,8 @@ def _run(argv: list[str]) -> int:
 def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     """A running pipeline's world: its spec file, data in Kafka, one stream increment, the
     landed days and their batch join."""
-    from jobs.storage.kafka import create_topic
     from jobs.spec import write_spec
+    from jobs.storage.kafka import create_topic
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
@@ -42,8 +42,9 @@ def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     rb = own_pipeline_spec(NAME, topic_suffixes=("responses", "clicks"))
     spec_file = write_spec(rb, test_root / NAME / "spec.yaml")
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=5, start_date=DAY), spec)
-    records = wl.records.assign(topic=wl.records.topic.map({spec.left.topic: rb.left.topic,
-                                                            spec.right.topic: rb.right.topic}))
+    records = wl.records.assign(
+        topic=wl.records.topic.map({spec.left.topic: rb.left.topic, spec.right.topic: rb.right.topic})
+    )
     for st in (rb.left, rb.right):
         create_topic(kafka, st.topic)
     publish(records, kafka)
@@ -54,8 +55,11 @@ def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     assert _run(["batch", "--spec", str(spec_file), "--ds", str(DAY)]) == 0
 
     new_spec = write_spec(rb.with_window(rb.window.lower / 2, rb.window.upper), test_root / NAME / "new_window.yaml")
-    return {"spec": rb, "spec_file": str(spec_file), "fill": {
-        "day": str(DAY), "cutover": f"{DAY}T12:00:00Z", "new spec": str(new_spec)}}
+    return {
+        "spec": rb,
+        "spec_file": str(spec_file),
+        "fill": {"day": str(DAY), "cutover": f"{DAY}T12:00:00Z", "new spec": str(new_spec)},
+    }
 
 
 def _commands(name: str, spec_file: str):
@@ -84,8 +88,8 @@ def _no_duplicate_output(spark, spec) -> int:
 
 
 def test_every_runbook_command_is_a_real_command_with_known_placeholders():
-    from jobs.operate import runbooks
     from jobs.cli import build_parser
+    from jobs.operate import runbooks
     from jobs.spec import DEFAULT_SPEC
 
     parser = build_parser()

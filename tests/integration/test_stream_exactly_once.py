@@ -20,7 +20,8 @@ def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str):
     """Own topics, tables and checkpoints; watermarks wide enough that no record is late, so the
     output cannot depend on how the backlog is cut into micro-batches."""
     return own_pipeline_spec(
-        name, side={"watermark_delay": spec.timestamp_validity.max_past},
+        name,
+        side={"watermark_delay": spec.timestamp_validity.max_past},
         join=spec.join.model_copy(update={"cardinality": cardinality}),
         # 4 micro-batches of the 411 right records: the crash lands on the third, one is left after it
         streaming=spec.streaming.model_copy(update={"max_offsets_per_trigger": 110}),
@@ -30,8 +31,9 @@ def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str):
 def _run(spark, spec, bootstrap, s, on_batch=None) -> None:
     from jobs.steps.stream import start_streaming_join
 
-    (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False,
-                                on_batch=on_batch)
+    (q,) = start_streaming_join(
+        spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False, on_batch=on_batch
+    )
     q.awaitTermination()
 
 
@@ -45,7 +47,8 @@ def _output(spark, spec, s):
 
 @pytest.mark.parametrize("cardinality", ["1-to-n", "1-to-1"])
 def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
-        spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root, cardinality):
+    spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root, cardinality
+):
     from jobs.storage.kafka import create_topic
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
@@ -55,8 +58,9 @@ def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
     spec = demo_spec
     eo = _isolated_spec(own_pipeline_spec, spec, name, cardinality)
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=11), spec)
-    records = wl.records.assign(topic=wl.records.topic.map({spec.left.topic: eo.left.topic,
-                                                            spec.right.topic: eo.right.topic}))
+    records = wl.records.assign(
+        topic=wl.records.topic.map({spec.left.topic: eo.left.topic, spec.right.topic: eo.right.topic})
+    )
     for st in (eo.left, eo.right):
         create_topic(kafka, st.topic)
     publish(records, kafka)

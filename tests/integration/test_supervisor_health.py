@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,22 +19,31 @@ pytestmark = pytest.mark.integration
 def _progress(spec, ends: dict[str, dict[int, int]], at: float) -> dict:
     """A join-query progress line whose sources have read up to ``ends``."""
     return {
-        "name": "stream_join", "batchId": 7,
-        "timestamp": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "durationMs": {"triggerExecution": 1000}, "stateOperators": [], "eventTime": {},
-        "sources": [{"description": f"KafkaV2[Subscribe[{t}]]", "numInputRows": 0,
-                     "endOffset": {t: {str(p): o for p, o in parts.items()}}} for t, parts in ends.items()],
+        "name": "stream_join",
+        "batchId": 7,
+        "timestamp": datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "durationMs": {"triggerExecution": 1000},
+        "stateOperators": [],
+        "eventTime": {},
+        "sources": [
+            {
+                "description": f"KafkaV2[Subscribe[{t}]]",
+                "numInputRows": 0,
+                "endOffset": {t: {str(p): o for p, o in parts.items()}},
+            }
+            for t, parts in ends.items()
+        ],
     }
 
 
-def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(kafka, own_pipeline_spec,
-                                                                                      test_settings):
-    from jobs.storage.kafka import end_offsets
-    from jobs.storage.kafka import create_topic
-    from jobs.storage.progress import JOIN_QUERY
-    from jobs.operate.process import StreamProcess
+def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_stalled(
+    kafka, own_pipeline_spec, test_settings
+):
     from jobs.operate.health import health
+    from jobs.operate.process import StreamProcess
     from jobs.spec import write_spec
+    from jobs.storage.kafka import create_topic, end_offsets
+    from jobs.storage.progress import JOIN_QUERY
     from jobs.storage.tables import Tables
 
     name = "health"
@@ -49,8 +58,9 @@ def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_st
     now = time.time()
     log = Tables.of(hs, test_settings).progress_log(JOIN_QUERY)
     Path(log).parent.mkdir(parents=True, exist_ok=True)
-    Path(log).write_text(json.dumps(_progress(hs, end_offsets(kafka, [hs.left.topic, hs.right.topic]),
-                                              now - 2000)) + "\n")
+    Path(log).write_text(
+        json.dumps(_progress(hs, end_offsets(kafka, [hs.left.topic, hs.right.topic]), now - 2000)) + "\n"
+    )
 
     class Sleeper(StreamProcess):  # a real, live process standing in for the restarted job
         def command(self):

@@ -178,20 +178,23 @@ def test_linked_report_files_are_served(client, reports_root):
     assert client.get(f"/joinshift/reports/{PIPELINE}/latest.json").json()["ds"] == NEWEST
 
 
-@pytest.mark.parametrize("path", [
-    "..%2Fsecret.html",
-    "%2E%2E/secret.html",
-    f"{PIPELINE}/..%2F..%2Fsecret.html",
-    f"{PIPELINE}/{NEWEST}/%2e%2e/%2e%2e/%2e%2e/secret.html",
-    "..%5Csecret.html",
-    "%2Fetc%2Fpasswd",
-    "%2F%2Fetc/passwd",
-    f"{PIPELINE}/escape.html",                         # a symlink out of the reports root
-    f"{PIPELINE}/{NEWEST}/.report.json.tmp",           # hidden file
-    f"{PIPELINE}/{NEWEST}",                            # a folder
-    f"{PIPELINE}/{NEWEST}/nope.html",                  # missing
-    "%00",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..%2Fsecret.html",
+        "%2E%2E/secret.html",
+        f"{PIPELINE}/..%2F..%2Fsecret.html",
+        f"{PIPELINE}/{NEWEST}/%2e%2e/%2e%2e/%2e%2e/secret.html",
+        "..%5Csecret.html",
+        "%2Fetc%2Fpasswd",
+        "%2F%2Fetc/passwd",
+        f"{PIPELINE}/escape.html",  # a symlink out of the reports root
+        f"{PIPELINE}/{NEWEST}/.report.json.tmp",  # hidden file
+        f"{PIPELINE}/{NEWEST}",  # a folder
+        f"{PIPELINE}/{NEWEST}/nope.html",  # missing
+        "%00",
+    ],
+)
 def test_path_traversal_and_other_files_are_refused(client, path):
     r = client.get(f"/joinshift/reports/{path}")
     assert r.status_code == 404, (path, r.status_code)
@@ -258,11 +261,22 @@ def test_a_broken_report_does_not_hide_the_others(plugin, reports_root, tmp_path
     (root / "new_pipeline").mkdir()  # a folder without reports yet
     odd = root / "odd_pipeline" / NEWEST  # valid JSON, wrong shapes, markup in values
     odd.mkdir(parents=True)
-    (odd / "report.json").write_text(json.dumps({
-        "pipeline": "odd_pipeline", "ds": NEWEST, "gates": {"raw_left": True}, "runbooks": "x.md",
-        "recommendation": {"window": "<b>wide</b>", "reasons": "not a list"},
-        "match_rates": [{"ds": "<script>alert(1)</script>", "variant": "stream", "match_rate": 0.9},
-                        {"ds": NEWEST, "variant": "stream", "match_rate": "n/a"}, "junk"]}))
+    (odd / "report.json").write_text(
+        json.dumps(
+            {
+                "pipeline": "odd_pipeline",
+                "ds": NEWEST,
+                "gates": {"raw_left": True},
+                "runbooks": "x.md",
+                "recommendation": {"window": "<b>wide</b>", "reasons": "not a list"},
+                "match_rates": [
+                    {"ds": "<script>alert(1)</script>", "variant": "stream", "match_rate": 0.9},
+                    {"ds": NEWEST, "variant": "stream", "match_rate": "n/a"},
+                    "junk",
+                ],
+            }
+        )
+    )
     with _client(plugin, root) as c:
         r = c.get("/joinshift/")
     assert r.status_code == 200
@@ -278,8 +292,12 @@ def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, mon
 
     with _client(plugin, reports_root, authenticated=False) as c:
         # no credentials: 401 for API clients, the login page for a browser, for every route
-        for path in ("/joinshift/", f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html",
-                     "/joinshift/reports/..%2Fsecret.html", "/joinshift/runbooks/backfill.md"):
+        for path in (
+            "/joinshift/",
+            f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html",
+            "/joinshift/reports/..%2Fsecret.html",
+            "/joinshift/runbooks/backfill.md",
+        ):
             r = c.get(path)
             assert r.status_code == 401, path
             assert "TOP-SECRET" not in r.text and "search_sessions" not in r.text
@@ -318,8 +336,7 @@ def standalone(airflow_db, storage_root, tmp_path, request):
     """``airflow standalone`` on a free port; always stopped (process group) at the end."""
     from jobs.local.airflow_ui import AirflowStandalone
 
-    af = AirflowStandalone(tmp_path / "airflow-home", storage_root, password="testpass",
-                           db=airflow_db / "airflow.db")
+    af = AirflowStandalone(tmp_path / "airflow-home", storage_root, password="testpass", db=airflow_db / "airflow.db")
     request.addfinalizer(af.stop)
     af.start()
     af.wait_healthy(timeout=180)
@@ -386,7 +403,8 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
             "(() => { try { const d = document.querySelector('iframe').contentDocument;"
             f" return d.location.pathname.endsWith('/{NEWEST}/report.html') && d.readyState === 'complete'"
             " && d.body.textContent.includes('daily accuracy report'); } catch (e) { return false; } })()",
-            timeout=30_000)
+            timeout=30_000,
+        )
         page.screenshot(path=str(tmp_path / "daily_report.png"))
         lap("daily report open")
 

@@ -49,8 +49,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 #: Every module of the product: jobs/ less the embedded-default conveniences and the package marker.
-PRODUCT = sorted(p for p in (ROOT / "jobs").rglob("*.py")
-                 if p.relative_to(ROOT / "jobs").parts[0] != "local" and p != ROOT / "jobs" / "__init__.py")
+PRODUCT = sorted(
+    p
+    for p in (ROOT / "jobs").rglob("*.py")
+    if p.relative_to(ROOT / "jobs").parts[0] != "local" and p != ROOT / "jobs" / "__init__.py"
+)
 
 
 @pytest.mark.parametrize("path", PRODUCT, ids=[str(p.relative_to(ROOT)) for p in PRODUCT])
@@ -74,6 +77,9 @@ def test_dags_and_plugins_do_not_use_the_embedded_default(folder):
 
 
 def test_no_module_is_over_500_lines():
-    big = {str(p.relative_to(ROOT)): n for p in (ROOT / "jobs").rglob("*.py")
-           if (n := len(p.read_text().splitlines())) > 520}
+    big = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "jobs").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 520
+    }
     assert not big, big

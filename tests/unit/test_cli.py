@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 import yaml
 
 from jobs.cli import build_parser, main
 from jobs.spec import DEFAULT_SPEC
 
-COMMANDS = ["kafka", "airflow", "demo", "generate", "land", "batch", "stream", "compare", "recommend",
-            "attribute", "report", "plan", "checkpoint", "replay", "runbook"]
+COMMANDS = [
+    "kafka",
+    "airflow",
+    "demo",
+    "generate",
+    "land",
+    "batch",
+    "stream",
+    "compare",
+    "recommend",
+    "attribute",
+    "report",
+    "plan",
+    "checkpoint",
+    "replay",
+    "runbook",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -47,13 +64,21 @@ def test_an_invalid_spec_fails_naming_the_field(tmp_path, demo_spec_data):
         main(["compare", "--spec", str(bad), "--ds", "2026-11-20"])
 
 
-@pytest.mark.parametrize("name", ["restart_after_crash", "change_the_window", "recover_broken_checkpoint",
-                                  "replay_after_outage", "cut_over_and_roll_back"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "restart_after_crash",
+        "change_the_window",
+        "recover_broken_checkpoint",
+        "replay_after_outage",
+        "cut_over_and_roll_back",
+    ],
+)
 def test_runbooks_are_filled_with_the_pipelines_values(name, capsys):
     assert main(["runbook", name]) == 0
     out = capsys.readouterr().out
-    assert "{" not in out.split("---")[0]          # every placeholder was filled
-    assert "joinshift " in out                     # steps are product commands
+    assert "{" not in out.split("---")[0]  # every placeholder was filled
+    assert "joinshift " in out  # steps are product commands
 
 
 def test_an_unknown_runbook_lists_the_known_ones():
@@ -68,9 +93,8 @@ def test_a_bad_cutover_names_the_argument():
 
 
 def test_a_cutover_without_a_zone_is_utc():
-    from datetime import timezone
 
     from jobs.operate.replay import parse_cutover
 
-    assert parse_cutover("2026-11-20T06:00:00").tzinfo == timezone.utc
+    assert parse_cutover("2026-11-20T06:00:00").tzinfo == UTC
     assert parse_cutover("2026-11-20T07:00:00+01:00") == parse_cutover("2026-11-20T06:00:00Z")

@@ -24,8 +24,15 @@ DOCKERFILE = DOCKER_DIR / "Dockerfile.airflow"
 ENV_EXAMPLE = DOCKER_DIR / "compose.env.example"
 
 SERVICES = {
-    "kafka", "spark-master", "spark-worker", "postgres", "airflow-init", "airflow-api-server",
-    "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
+    "kafka",
+    "spark-master",
+    "spark-worker",
+    "postgres",
+    "airflow-init",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
 }
 AIRFLOW_SERVICES = sorted(s for s in SERVICES if s.startswith("airflow-"))
 LONG_RUNNING_AIRFLOW = [s for s in AIRFLOW_SERVICES if s != "airflow-init"]
@@ -39,8 +46,7 @@ def interpolate(value, env: dict[str, str] | None = None):
     """Compose's ``${VAR:-default}`` / ``$$`` rules, with ``env`` (default: no variables set)."""
     env = env or {}
     if isinstance(value, str):
-        value = _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""),
-                         value.replace("$$", "\0"))
+        value = _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), value.replace("$$", "\0"))
         return value.replace("\0", "$")
     if isinstance(value, dict):
         return {k: interpolate(v, env) for k, v in value.items()}
@@ -93,6 +99,7 @@ def pins() -> dict[str, str]:
 
 # --- shape ---------------------------------------------------------------------------------
 
+
 def test_compose_has_every_service(services):
     assert set(services) >= SERVICES, f"missing: {sorted(SERVICES - set(services))}"
 
@@ -126,6 +133,7 @@ def test_named_volumes_are_declared(compose, services):
 
 
 # --- Airflow -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
 def test_airflow_service_points_the_code_at_the_cluster(services, name):
@@ -175,7 +183,10 @@ def test_cluster_settings_file_loads_with_the_compose_environment(services, monk
     monkeypatch.setenv("JOINSHIFT_CONFIG", str(local))
     s = load_settings(env)
     assert (s.storage_root, s.spark_master, s.kafka_bootstrap) == (
-        STORAGE_ROOT, "spark://spark-master:7077", "kafka:9092")
+        STORAGE_ROOT,
+        "spark://spark-master:7077",
+        "kafka:9092",
+    )
     # Two applications (the streaming join and a batch job) fit on the default worker.
     worker = env_of(services["spark-worker"])
     assert 2 * int(s.spark_conf["spark.cores.max"]) <= int(worker["SPARK_WORKER_CORES"])
@@ -183,6 +194,7 @@ def test_cluster_settings_file_loads_with_the_compose_environment(services, monk
 
 
 # --- Kafka ---------------------------------------------------------------------------------
+
 
 def test_kafka_is_one_kraft_node_with_internal_and_external_listeners(services):
     kafka = services["kafka"]
@@ -210,9 +222,13 @@ def test_kafka_agrees_with_the_embedded_broker(services):
 
     env = env_of(services["kafka"])
     keys = [
-        "log.retention.ms", "log.retention.bytes", "log.cleanup.policy",
-        "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
-        "log.message.timestamp.after.max.ms", "auto.create.topics.enable",
+        "log.retention.ms",
+        "log.retention.bytes",
+        "log.cleanup.policy",
+        "log.message.timestamp.type",
+        "log.message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms",
+        "auto.create.topics.enable",
         "offsets.retention.minutes",
     ]
     for key in keys:
@@ -222,6 +238,7 @@ def test_kafka_agrees_with_the_embedded_broker(services):
 
 
 # --- versions --------------------------------------------------------------------------------
+
 
 def test_image_tags_match_the_pinned_versions(services):
     p = pins()
@@ -261,13 +278,13 @@ def test_env_example_lists_the_compose_defaults(raw):
     for m in _VAR.finditer(COMPOSE.read_text().replace("$$", "\0")):  # $$ is a literal $
         defaults.setdefault(m.group(1), m.group(2) or "")
     example = dict(
-        line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
+        line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines() if line.strip() and not line.startswith("#")
     )
     assert example == defaults
 
 
 # --- the real Compose implementation, when there is one ---------------------------------------
+
 
 def _compose_cmd() -> list[str] | None:
     if shutil.which("docker"):
@@ -284,9 +301,11 @@ def _compose_cmd() -> list[str] | None:
 def test_docker_compose_config_validates():
     cmd = _compose_cmd()
     if cmd is None:
-        reason = ("the docker client has no compose plugin" if shutil.which("docker")
-                  else "no docker client on this machine")
+        reason = (
+            "the docker client has no compose plugin" if shutil.which("docker") else "no docker client on this machine"
+        )
         pytest.skip(f"{reason} (docker compose config -q needs one; no engine is needed)")
-    res = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0, res.stderr

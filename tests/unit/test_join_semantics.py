@@ -6,29 +6,38 @@ Window [-10m, +5m] (right.t in [left.t − 10m, left.t + 5m], inclusive), key ``
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from jobs.join.conditions import join_events
+from jobs.join.conditions import join_events, join_streams
 from jobs.spec import parse_spec
-from jobs.join.conditions import join_streams
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
 
 
 def make_spec(**over):
     side = lambda name: {  # noqa: E731
-        "name": name, "topic": f"{name}_topic", "table": f"{name}_table",
+        "name": name,
+        "topic": f"{name}_topic",
+        "table": f"{name}_table",
         "schema": {"event_id": "string", "k": "string", "t": "timestamp"},
-        "key": ["k"], "event_time": "t", "id": "event_id", "watermark_delay": "0s",
+        "key": ["k"],
+        "event_time": "t",
+        "id": "event_id",
+        "watermark_delay": "0s",
     }
-    data = {"pipeline": "tiny", "left": side("left"), "right": side("right"),
-            "window": {"lower": "-10m", "upper": "+5m"}, "output_table": "out",
-            "join": {"type": "left_outer", "cardinality": "1-to-n"}}
+    data = {
+        "pipeline": "tiny",
+        "left": side("left"),
+        "right": side("right"),
+        "window": {"lower": "-10m", "upper": "+5m"},
+        "output_table": "out",
+        "join": {"type": "left_outer", "cardinality": "1-to-n"},
+    }
     for k, v in over.items():
         data[k] = v
     return parse_spec(data)
@@ -36,7 +45,7 @@ def make_spec(**over):
 
 def ts(hhmmss: str, day: int = 20) -> datetime:
     h, m, s = (int(x) for x in hhmmss.split(":"))
-    return datetime(2026, 11, day, h, m, s, tzinfo=timezone.utc)
+    return datetime(2026, 11, day, h, m, s, tzinfo=UTC)
 
 
 def events(spark, rows):
@@ -59,23 +68,30 @@ def pairs(df):
 def assert_pairs(df, expected):
     """The join output's (left_event_id, right_event_id) rows are exactly ``expected``, duplicates
     counted, order ignored."""
-    assertDataFrameEqual(df.select("left_event_id", "right_event_id"),
-                         [Row(left_event_id=left, right_event_id=right) for left, right in expected])
+    assertDataFrameEqual(
+        df.select("left_event_id", "right_event_id"),
+        [Row(left_event_id=left, right_event_id=right) for left, right in expected],
+    )
 
 
 def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
     spec = make_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")])
-    right = events(spark, [
-        ("R_lower", "a", "11:50:00", "12:01:00"),      # exactly l.t − 10m: in
-        ("R_before", "a", "11:49:59", "12:01:00"),     # one second too early: out
-        ("R_upper", "a", "12:05:00", "12:06:00"),      # exactly l.t + 5m: in
-        ("R_after", "a", "12:05:01", "12:06:00"),      # one second too late: out
-        ("R_otherkey", "b", "12:00:00", "12:01:00"),   # in the window, other key: out
-    ])
+    right = events(
+        spark,
+        [
+            ("R_lower", "a", "11:50:00", "12:01:00"),  # exactly l.t − 10m: in
+            ("R_before", "a", "11:49:59", "12:01:00"),  # one second too early: out
+            ("R_upper", "a", "12:05:00", "12:06:00"),  # exactly l.t + 5m: in
+            ("R_after", "a", "12:05:01", "12:06:00"),  # one second too late: out
+            ("R_otherkey", "b", "12:00:00", "12:01:00"),  # in the window, other key: out
+        ],
+    )
     assert_pairs(join_events(left, right, spec, windowed=True), [("L1", "R_lower"), ("L1", "R_upper")])
-    assert_pairs(join_events(left, right, spec, windowed=False), [
-        ("L1", "R_after"), ("L1", "R_before"), ("L1", "R_lower"), ("L1", "R_upper")])
+    assert_pairs(
+        join_events(left, right, spec, windowed=False),
+        [("L1", "R_after"), ("L1", "R_before"), ("L1", "R_lower"), ("L1", "R_upper")],
+    )
 
 
 def test_left_outer_keeps_unmatched_left_with_null_right_and_inner_drops_it(spark):
@@ -92,16 +108,20 @@ def test_left_outer_keeps_unmatched_left_with_null_right_and_inner_drops_it(spar
 def test_one_to_one_keeps_the_first_arrived_match_then_partition_then_offset(spark):
     spec = make_spec(join={"type": "left_outer", "cardinality": "1-to-1"})
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01"), ("L2", "b", "12:00:00", "12:00:01")])
-    right = events(spark, [
-        ("R_early_event_late_arrival", "a", "11:55:00", "12:20:00", 20, 20, 0, 1),
-        ("R_late_event_early_arrival", "a", "12:04:00", "12:04:30", 20, 20, 0, 2),
-        # same arrival instant for key b: partition 0 beats partition 1, then lower offset
-        ("R_b_p1", "b", "12:01:00", "12:03:00", 20, 20, 1, 0),
-        ("R_b_p0_o9", "b", "12:02:00", "12:03:00", 20, 20, 0, 9),
-        ("R_b_p0_o8", "b", "12:03:00", "12:03:00", 20, 20, 0, 8),
-    ])
-    assert_pairs(join_events(left, right, spec, windowed=True), [
-        ("L1", "R_late_event_early_arrival"), ("L2", "R_b_p0_o8")])
+    right = events(
+        spark,
+        [
+            ("R_early_event_late_arrival", "a", "11:55:00", "12:20:00", 20, 20, 0, 1),
+            ("R_late_event_early_arrival", "a", "12:04:00", "12:04:30", 20, 20, 0, 2),
+            # same arrival instant for key b: partition 0 beats partition 1, then lower offset
+            ("R_b_p1", "b", "12:01:00", "12:03:00", 20, 20, 1, 0),
+            ("R_b_p0_o9", "b", "12:02:00", "12:03:00", 20, 20, 0, 9),
+            ("R_b_p0_o8", "b", "12:03:00", "12:03:00", 20, 20, 0, 8),
+        ],
+    )
+    assert_pairs(
+        join_events(left, right, spec, windowed=True), [("L1", "R_late_event_early_arrival"), ("L2", "R_b_p0_o8")]
+    )
 
 
 def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
@@ -111,12 +131,13 @@ def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
     right_all = events(spark, [("R1", "a", "23:55:00", "00:10:00", 20, 21)])
     right_ds20 = right_all.where(F.col("ds") == date(2026, 11, 20))
     right_ds20_21 = right_all.where(F.col("ds").isin(date(2026, 11, 20), date(2026, 11, 21)))
-    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=False), [("L1", None)])   # batch_1d_1d
+    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=False), [("L1", None)])  # batch_1d_1d
     assert_pairs(join_events(left_ds20, right_ds20_21, spec, windowed=False), [("L1", "R1")])  # batch_1d_2d
-    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=True), [("L1", None)])   # batch_1d_windowed
+    assert_pairs(join_events(left_ds20, right_ds20, spec, windowed=True), [("L1", None)])  # batch_1d_windowed
 
 
 # ------------------------------------------------------------------ streaming semantics
+
 
 class _FileStreams:
     """Feeds the streaming core micro-batch by micro-batch through file sources."""
@@ -128,8 +149,13 @@ class _FileStreams:
         schema = SCHEMA
         left = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(root / "left"))
         right = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(root / "right"))
-        self.query = (join_streams(left, right, spec).writeStream.format("memory")
-                      .queryName("tiny_stream_out").outputMode("append").start())
+        self.query = (
+            join_streams(left, right, spec)
+            .writeStream.format("memory")
+            .queryName("tiny_stream_out")
+            .outputMode("append")
+            .start()
+        )
         self.step = 0
 
     def feed(self, left_rows, right_rows):
@@ -138,9 +164,19 @@ class _FileStreams:
         for side, rows in (("left", left_rows), ("right", right_rows)):
             lines = []
             for eid, k, t, arr in rows:
-                lines.append(json.dumps({"event_id": eid, "k": k, "t": ts(t).isoformat(),
-                                         "_arrival_time": ts(arr).isoformat(), "_partition": 0,
-                                         "_offset": self.step, "ds": "2026-11-20"}))
+                lines.append(
+                    json.dumps(
+                        {
+                            "event_id": eid,
+                            "k": k,
+                            "t": ts(t).isoformat(),
+                            "_arrival_time": ts(arr).isoformat(),
+                            "_partition": 0,
+                            "_offset": self.step,
+                            "ds": "2026-11-20",
+                        }
+                    )
+                )
             (self.root / side / f"{self.step:04d}.json").write_text("\n".join(lines) + "\n")
         self.query.processAllAvailable()
         self.query.processAllAvailable()  # the no-data batch that applies the new watermark
@@ -171,16 +207,18 @@ def file_streams(spark, tmp_path):
 
 def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late_rows_drop(file_streams):
     s = file_streams(make_spec())  # watermark delay 0 on both sides: everything behind max(t) is late
-    s.feed([("L1", "a", "12:00:00", "12:00:01"), ("L2", "c", "12:00:00", "12:00:01")],
-           [("R1", "a", "12:02:00", "12:02:01")])
-    assert_pairs(s.table(), [("L1", "R1")])                 # a match is emitted at once
+    s.feed(
+        [("L1", "a", "12:00:00", "12:00:01"), ("L2", "c", "12:00:00", "12:00:01")],
+        [("R1", "a", "12:02:00", "12:02:01")],
+    )
+    assert_pairs(s.table(), [("L1", "R1")])  # a match is emitted at once
     s.feed([("L3", "x", "12:03:00", "12:03:01")], [("R9", "x", "12:04:00", "12:04:01")])
     # watermark = min(12:03 left, 12:04 right) = 12:03; L2's window [11:50, 12:05] is still open
     assert_pairs(s.table(), [("L1", "R1"), ("L3", "R9")])
     s.feed([("L4", "y", "12:30:00", "12:30:01")], [("R8", "y", "12:31:00", "12:31:01")])
     # watermark 12:30 passed 12:05: L2's window closed without a match -> its null row now
     assert ("L2", None) in s.output()
-    s.feed([], [("R_late", "c", "12:04:00", "12:32:00")])   # in L2's window but behind the watermark
+    s.feed([], [("R_late", "c", "12:04:00", "12:32:00")])  # in L2's window but behind the watermark
     assert ("L2", "R_late") not in s.output()
     assert_pairs(s.table(), [("L1", "R1"), ("L2", None), ("L3", "R9"), ("L4", "R8")])
 

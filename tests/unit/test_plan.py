@@ -9,8 +9,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.spec.plan import (EXIT_FRESH, EXIT_INVALID, EXIT_OK, FRESH, NEEDS_FRESH, NONE, REPORT_ONLY, REUSE, REUSE_OK, REUSE_WARN, plan)
 from jobs.spec import parse_spec
+from jobs.spec.plan import (
+    EXIT_FRESH,
+    EXIT_INVALID,
+    EXIT_OK,
+    FRESH,
+    NEEDS_FRESH,
+    NONE,
+    REPORT_ONLY,
+    REUSE,
+    REUSE_OK,
+    REUSE_WARN,
+    plan,
+)
 
 
 @pytest.fixture()
@@ -31,12 +43,14 @@ def _set(*path_and_value):
         for p in path[:-1]:
             d = d.setdefault(p, {})
         d[path[-1]] = value
+
     return edit
 
 
 def _add_column(side, name, typ):
     def edit(d):
         d[side]["schema"][name] = typ
+
     return edit
 
 
@@ -52,27 +66,40 @@ CASES = {
     "window.upper": (_set("window", "upper", "+1h"), "window.upper", NEEDS_FRESH, FRESH),
     "left.key": (_rename_key, "left.key", NEEDS_FRESH, FRESH),
     "join.type": (_set("join", "type", "inner"), "join.type", NEEDS_FRESH, FRESH),
-    "schema add nullable column": (_add_column("right", "device", "string"), "right.schema.device",
-                                   NEEDS_FRESH, FRESH),
+    "schema add nullable column": (_add_column("right", "device", "string"), "right.schema.device", NEEDS_FRESH, FRESH),
     "schema retype": (_set("right", "schema", "position", "long"), "right.schema.position", NEEDS_FRESH, FRESH),
     "left.topic": (_set("left", "topic", "search_responses_v2"), "left.topic", NEEDS_FRESH, FRESH),
-    "right.event_time": (lambda d: (d["right"]["schema"].update(client_time="timestamp"),
-                                    d["right"].update(event_time="client_time")),
-                         "right.event_time", NEEDS_FRESH, FRESH),
+    "right.event_time": (
+        lambda d: (d["right"]["schema"].update(client_time="timestamp"), d["right"].update(event_time="client_time")),
+        "right.event_time",
+        NEEDS_FRESH,
+        FRESH,
+    ),
     "output_table": (_set("output_table", "search_sessions_joined_v2"), "output_table", NEEDS_FRESH, FRESH),
     "pipeline": (_set("pipeline", "search_sessions_v2"), "pipeline", NEEDS_FRESH, FRESH),
     "join.cardinality": (_set("join", "cardinality", "1-to-1"), "join.cardinality", REUSE_WARN, REUSE),
     "right.watermark_delay": (_set("right", "watermark_delay", "3h"), "right.watermark_delay", REUSE_WARN, REUSE),
-    "shuffle_partitions": (_set("streaming", "shuffle_partitions", 8), "streaming.shuffle_partitions",
-                           REUSE_WARN, REUSE),
+    "shuffle_partitions": (
+        _set("streaming", "shuffle_partitions", 8),
+        "streaming.shuffle_partitions",
+        REUSE_WARN,
+        REUSE,
+    ),
     "timezone": (_set("timezone", "America/Los_Angeles"), "timezone", REUSE_WARN, REUSE),
-    "timestamp_validity": (_set("timestamp_validity", "max_past", "3d"), "timestamp_validity.max_past",
-                           REUSE_WARN, REUSE),
+    "timestamp_validity": (
+        _set("timestamp_validity", "max_past", "3d"),
+        "timestamp_validity.max_past",
+        REUSE_WARN,
+        REUSE,
+    ),
     "unknown_fields": (_set("unknown_fields", "ignore"), "unknown_fields", REUSE_WARN, REUSE),
-    "trigger_interval": (_set("streaming", "trigger_interval", "30s"), "streaming.trigger_interval",
-                         REUSE_OK, REUSE),
-    "max_offsets_per_trigger": (_set("streaming", "max_offsets_per_trigger", 5000),
-                                "streaming.max_offsets_per_trigger", REUSE_OK, REUSE),
+    "trigger_interval": (_set("streaming", "trigger_interval", "30s"), "streaming.trigger_interval", REUSE_OK, REUSE),
+    "max_offsets_per_trigger": (
+        _set("streaming", "max_offsets_per_trigger", 5000),
+        "streaming.max_offsets_per_trigger",
+        REUSE_OK,
+        REUSE,
+    ),
     "left.table": (_set("left", "table", "search_responses_v2"), "left.table", REUSE_OK, REUSE),
     "accuracy": (_set("accuracy", "tolerance_pp", 0.5), "accuracy.tolerance_pp", REPORT_ONLY, NONE),
 }
@@ -114,6 +141,7 @@ def test_reasons_cite_spark_rules_and_the_paper(base_data):
 def test_reordered_columns_need_a_fresh_checkpoint(base_data):
     def reorder(d):
         d["left"]["schema"] = dict(reversed(list(d["left"]["schema"].items())))
+
     result = plan(*changed(base_data, reorder))
     assert result.action == FRESH
     (change,) = result.changes
@@ -126,10 +154,15 @@ def test_the_most_disruptive_change_wins_and_every_change_is_listed(base_data):
         d["left"]["watermark_delay"] = "20m"
         d["window"]["upper"] = "+45m"
         d["accuracy"]["tolerance_pp"] = 3
+
     result = plan(*changed(base_data, several))
     assert result.action == FRESH
     assert {c.field for c in result.changes} == {
-        "streaming.trigger_interval", "left.watermark_delay", "window.upper", "accuracy.tolerance_pp"}
+        "streaming.trigger_interval",
+        "left.watermark_delay",
+        "window.upper",
+        "accuracy.tolerance_pp",
+    }
     assert [c.field for c in result.blocking] == ["window.upper"]
     assert [c.field for c in result.warnings] == ["left.watermark_delay"]
     text = result.render()
@@ -148,6 +181,7 @@ def test_cardinality_reason_explains_why_state_is_reusable(base_data):
 
 
 # ------------------------------------------------------------------------------- CLI
+
 
 def _write(path: Path, data: dict) -> str:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -210,20 +244,20 @@ def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path, demo_spec):
     """The stream job's start-up guard applies the plan to the spec its checkpoint was built with."""
     from datetime import timedelta
 
-    from jobs.storage.checkpoints import SPEC_RECORD
     from jobs.steps.stream import CheckpointSpecMismatch, guard_checkpoint_spec
+    from jobs.storage.checkpoints import SPEC_RECORD
 
     base = demo_spec
     cp = tmp_path / "checkpoints" / "stream_join"
-    guard_checkpoint_spec(base, str(cp))                       # a new checkpoint records its spec
+    guard_checkpoint_spec(base, str(cp))  # a new checkpoint records its spec
     assert (cp / SPEC_RECORD).exists()
     narrower = base.model_copy(update={"window": base.window.model_copy(update={"lower": timedelta(hours=-1)})})
-    guard_checkpoint_spec(narrower, str(cp))                   # no committed batch yet: no state to protect
+    guard_checkpoint_spec(narrower, str(cp))  # no committed batch yet: no state to protect
     guard_checkpoint_spec(base, str(cp))
     (cp / "commits").mkdir()
-    (cp / "commits" / "0").write_text("v1\n{}\n")               # batch 0 committed: state exists now
+    (cp / "commits" / "0").write_text("v1\n{}\n")  # batch 0 committed: state exists now
     limited = base.model_copy(update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": 500})})
-    guard_checkpoint_spec(limited, f"file:{cp}")               # a rate limit may change: reused, recorded
+    guard_checkpoint_spec(limited, f"file:{cp}")  # a rate limit may change: reused, recorded
     assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")
     narrower = limited.model_copy(update={"window": narrower.window})
     with pytest.raises(CheckpointSpecMismatch, match=r"window\.lower.*joinshift replay"):

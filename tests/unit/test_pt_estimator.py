@@ -77,8 +77,7 @@ def test_figure7_estimator_finds_4w_and_pt_6_25():
 def test_figure7_through_pt_series():
     # One event per 1-s micro-batch: the last row is Figure 7's outcome.
     arrival = np.arange(16) * 1000 + 500
-    df = pt_series(arrival, np.asarray(FIG7) * 1.0, 1000, sequence_length=4, statistic="mean",
-                   max_window=4)
+    df = pt_series(arrival, np.asarray(FIG7) * 1.0, 1000, sequence_length=4, statistic="mean", max_window=4)
     assert df["pt_ms"].iloc[:-1].isna().all()
     assert df["pt_ms"].iloc[-1] == 6.25
     assert df["window_batches"].iloc[-1] == 4
@@ -117,16 +116,11 @@ def test_percentile_statistic_matches_numpy():
             est.update(b)
         for k, stats in est.level_statistics().items():
             expected = [
-                np.percentile(np.concatenate(batches[j * k : (j + 1) * k]), q)
-                for j in range(len(batches) // k)
+                np.percentile(np.concatenate(batches[j * k : (j + 1) * k]), q) for j in range(len(batches) // k)
             ][-3:]
             np.testing.assert_allclose(stats, expected, rtol=0, atol=1e-9)
-            np.testing.assert_allclose(
-                window_statistics(batches, k, q)[-3:], expected, rtol=0, atol=1e-9
-            )
-    assert window_statistics(batches, 4, "median")[0] == pytest.approx(
-        np.median(np.concatenate(batches[:4]))
-    )
+            np.testing.assert_allclose(window_statistics(batches, k, q)[-3:], expected, rtol=0, atol=1e-9)
+    assert window_statistics(batches, 4, "median")[0] == pytest.approx(np.median(np.concatenate(batches[:4])))
 
 
 def test_pt_never_decreases():
@@ -200,9 +194,7 @@ def test_disordered_stream_needs_bigger_windows_and_lags_more():
     rng = np.random.default_rng(12)
     params = dict(sequence_length=5, statistic=5.0, max_window=64)
     b_arr, b_ev = _stream(rng, 20, 3, lambda n: rng.exponential(1_000, n), warm_hours=1)
-    a_arr, a_ev = _stream(
-        rng, 20, 3, lambda n: rng.lognormal(math.log(60_000), 2.0, n), warm_hours=10
-    )
+    a_arr, a_ev = _stream(rng, 20, 3, lambda n: rng.lognormal(math.log(60_000), 2.0, n), warm_hours=10)
     b = _steady(pt_series(b_arr, b_ev, 10_000, **params))
     a = _steady(pt_series(a_arr, a_ev, 10_000, **params))
 
@@ -318,9 +310,7 @@ def test_lateness_behind_pt_agrees_with_series():
     # Tuples that arrived while a PT was in force are exactly the next_tuples of PT rows.
     assert np.count_nonzero(~np.isnan(lat)) == df.loc[known, "next_tuples"].sum()
     assert np.count_nonzero(lat > 0) == df["behind_pt"].sum()
-    assert share_behind_pt(lat) == pytest.approx(
-        df["behind_pt"].sum() / df.loc[known, "next_tuples"].sum()
-    )
+    assert share_behind_pt(lat) == pytest.approx(df["behind_pt"].sum() / df.loc[known, "next_tuples"].sum())
     d = recommend_watermark_delay(lat, 0.001)
     assert d > 0 and share_behind_pt(lat, d) <= 0.001
 

@@ -6,12 +6,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.accuracy.recommend import (Prediction, boundary_reasons, choose, lateness_behind_max, predict, watermark_delay_for)
+from jobs.accuracy.recommend import (
+    Prediction,
+    boundary_reasons,
+    choose,
+    lateness_behind_max,
+    predict,
+    watermark_delay_for,
+)
 
 
 def test_lateness_is_measured_behind_the_running_max_event_time_in_arrival_order():
     arrival = np.array([1, 2, 3, 4, 5]) * 1000
-    event = np.array([10, 20, 15, 30, 5]) * 1000      # 15 is 5 s behind 20; 5 is 25 s behind 30
+    event = np.array([10, 20, 15, 30, 5]) * 1000  # 15 is 5 s behind 20; 5 is 25 s behind 30
     assert (lateness_behind_max(arrival, event) / 1000).tolist() == [0, 0, 5, 0, 25]
     # input order does not matter: arrival order does
     perm = np.array([4, 2, 0, 3, 1])
@@ -22,15 +29,23 @@ def test_watermark_delay_drops_at_most_the_target_share():
     late = np.arange(1000) * 1000  # 0 .. 999 s
     d = watermark_delay_for(late, 0.01)
     assert np.mean(late > d * 1000) <= 0.01
-    assert np.mean(late > (d - 1) * 1000) > 0.01   # and it is the smallest such delay
+    assert np.mean(late > (d - 1) * 1000) > 0.01  # and it is the smallest such delay
     with pytest.raises(ValueError, match="target_drop_rate"):
         watermark_delay_for(late, 1.5)
 
 
 def test_predictions_follow_the_documented_formulas():
     sweep = pd.DataFrame({"lower_s": [-3600], "upper_s": [1800], "match_rate": [0.9]})
-    (p,) = predict(sweep, late_loss=0.01, right_rate=10, left_rate=5, bytes_per_row=100,
-                   left_delay_s=60, right_delay_s=600, replay_rows_per_s=1000)
+    (p,) = predict(
+        sweep,
+        late_loss=0.01,
+        right_rate=10,
+        left_rate=5,
+        bytes_per_row=100,
+        left_delay_s=60,
+        right_delay_s=600,
+        replay_rows_per_s=1000,
+    )
     right_rows = 10 * (5400 + 600)
     left_rows = 5 * (1800 + 60)
     assert p.predicted_memory_bytes == (right_rows + left_rows) * 100

@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from jobs.steps.landing import land_records
 from jobs.join.records import good_events, quarantine_rows
+from jobs.steps.landing import land_records
 
-ARRIVAL = datetime(2026, 11, 20, 12, 0, 0, tzinfo=timezone.utc)
+ARRIVAL = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
 RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 
 
 def payload(**over):
-    p = {"event_id": "R1", "session_id": "s1", "event_time": "2026-11-20T11:59:00.000Z",
-         "action": "click", "position": 3}
+    p = {
+        "event_id": "R1",
+        "session_id": "s1",
+        "event_time": "2026-11-20T11:59:00.000Z",
+        "action": "click",
+        "position": 3,
+    }
     p.update(over)
     return json.dumps({k: v for k, v in p.items() if v is not ...})
 
 
 def raw_frame(spark, values, arrival=ARRIVAL):
-    rows = [(b"s1", v.encode() if isinstance(v, str) else v, "search_clicks", 0, i, arrival + timedelta(seconds=i))
-            for i, v in enumerate(values)]
+    rows = [
+        (b"s1", v.encode() if isinstance(v, str) else v, "search_clicks", 0, i, arrival + timedelta(seconds=i))
+        for i, v in enumerate(values)
+    ]
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
@@ -51,21 +58,25 @@ def test_each_bad_class_is_quarantined_with_its_reason_and_raw_payload(spark, de
     assert got[8] == ("unexpected_field", "new_col")
 
     q = quarantine_rows(parsed, spec.right, "landing").orderBy("offset").collect()
-    assert len(q) == len(cases) - 1                         # nothing vanishes
+    assert len(q) == len(cases) - 1  # nothing vanishes
     assert q[0].raw_value == "{not json" and q[0].topic == "search_clicks" and q[0].stage == "landing"
     good = good_events(parsed, spec.right)
-    assertDataFrameEqual(good.select("event_id", "position", "event_time"), [
-        Row(event_id="G1", position=3,
-            event_time=datetime(2026, 11, 20, 11, 59, tzinfo=timezone.utc).replace(tzinfo=None))])
+    assertDataFrameEqual(
+        good.select("event_id", "position", "event_time"),
+        [Row(event_id="G1", position=3, event_time=datetime(2026, 11, 20, 11, 59, tzinfo=UTC).replace(tzinfo=None))],
+    )
     assert str(good.first().ds) == "2026-11-20"
 
 
 def test_duplicates_of_yesterdays_ids_are_caught(spark, demo_spec):
     seen = spark.createDataFrame([("G1",)], "event_id string")
-    parsed = land_records(raw_frame(spark, [payload(event_id="G1"), payload(event_id="G2")]), demo_spec.right,
-                          demo_spec, seen)
-    assertDataFrameEqual(parsed.select("event_id", "_reason"),
-                         [Row(event_id="G1", _reason="duplicate_event_id"), Row(event_id="G2", _reason=None)])
+    parsed = land_records(
+        raw_frame(spark, [payload(event_id="G1"), payload(event_id="G2")]), demo_spec.right, demo_spec, seen
+    )
+    assertDataFrameEqual(
+        parsed.select("event_id", "_reason"),
+        [Row(event_id="G1", _reason="duplicate_event_id"), Row(event_id="G2", _reason=None)],
+    )
 
 
 def test_unknown_fields_can_be_ignored_by_the_spec(spark, demo_spec):

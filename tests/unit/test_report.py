@@ -195,8 +195,11 @@ def test_rerender_removes_stale_plots(tmp_path, data):
 
 def test_malformed_section_does_not_crash(tmp_path):
     d = _minimal(
-        match_rates=[{"ds": "2026-11-20", "variant": "stream", "left_events": 100, "matched_left": 90},
-                     {"variant": "stream"}, "junk"],
+        match_rates=[
+            {"ds": "2026-11-20", "variant": "stream", "left_events": 100, "matched_left": 90},
+            {"variant": "stream"},
+            "junk",
+        ],
         boundary_deltas={"stream": {"hist_to_lower": {"edges": [0, 1], "counts": [1, 2, 3]}}},
         sweep=[{"lower_s": "x"}],
         pt={"left": [{"pt_delay_ms": 5}]},
@@ -216,8 +219,10 @@ def test_malformed_section_does_not_crash(tmp_path):
 
 
 def test_nan_and_inf_are_written_as_null(tmp_path):
-    d = _minimal(match_rates=[{"ds": "2026-11-20", "variant": "stream", "match_rate": float("nan")}],
-                 recommendation={"predicted_match_rate": float("inf")})
+    d = _minimal(
+        match_rates=[{"ds": "2026-11-20", "variant": "stream", "match_rate": float("nan")}],
+        recommendation={"predicted_match_rate": float("inf")},
+    )
     files = render_report(d, tmp_path)
     text = files.json.read_text()
     assert "NaN" not in text and "Infinity" not in text
@@ -232,8 +237,9 @@ def test_pipeline_and_ds_are_required(tmp_path):
 
 
 def test_headline_falls_back_to_the_latest_day(tmp_path):
-    rows = [{"ds": "2026-11-19", "variant": v, "match_rate": r}
-            for v, r in (("stream", 0.91), ("batch_1d_windowed", 0.92))]
+    rows = [
+        {"ds": "2026-11-19", "variant": v, "match_rate": r} for v, r in (("stream", 0.91), ("batch_1d_windowed", 0.92))
+    ]
     files = render_report(_minimal(match_rates=rows), tmp_path)
     html = files.html.read_text(encoding="utf-8")
     assert "No match rates for 2026-11-20 yet; the numbers below are for 2026-11-19." in html
@@ -261,8 +267,9 @@ def test_failed_gates_are_red_and_listed(tmp_path, data):
 
 
 def test_stream_outside_tolerance_needs_attention(tmp_path):
-    rows = [{"ds": "2026-11-20", "variant": v, "match_rate": r}
-            for v, r in (("stream", 0.90), ("batch_1d_windowed", 0.92))]
+    rows = [
+        {"ds": "2026-11-20", "variant": v, "match_rate": r} for v, r in (("stream", 0.90), ("batch_1d_windowed", 0.92))
+    ]
     files = render_report(_minimal(match_rates=rows, spec={"tolerance_pp": 1.5}), tmp_path)
     html = files.html.read_text(encoding="utf-8")
     assert files.status == "attention"
@@ -276,8 +283,10 @@ def test_stream_outside_tolerance_needs_attention(tmp_path):
 def test_latest_pointer_and_index_newest_first(tmp_path):
     root = tmp_path / "reports"
     for ds, stream in (("2026-11-19", 0.91), ("2026-11-21", 0.93), ("2026-11-20", 0.92)):
-        rows = [{"ds": ds, "variant": "stream", "match_rate": stream},
-                {"ds": ds, "variant": "batch_1d_windowed", "match_rate": 0.925}]
+        rows = [
+            {"ds": ds, "variant": "stream", "match_rate": stream},
+            {"ds": ds, "variant": "batch_1d_windowed", "match_rate": 0.925},
+        ]
         files = publish_report(_minimal(ds, match_rates=rows, spec={"tolerance_pp": 1.0}), root)
         assert files.html == root / "search_sessions" / ds / "report.html"
     pdir = root / "search_sessions"
@@ -309,10 +318,18 @@ def test_write_latest_pointer_on_its_own(tmp_path):
 # ------------------------------------------------------------------ formatting helpers
 
 
-@pytest.mark.parametrize("v, expected", [
-    (0.925, "92.50%"), (1, "100.00%"), (0, "0.00%"), (0.92444, "92.44%"),
-    (None, "—"), (float("nan"), "—"), ("x", "—"),
-])
+@pytest.mark.parametrize(
+    "v, expected",
+    [
+        (0.925, "92.50%"),
+        (1, "100.00%"),
+        (0, "0.00%"),
+        (0.92444, "92.44%"),
+        (None, "—"),
+        (float("nan"), "—"),
+        ("x", "—"),
+    ],
+)
 def test_fmt_pct(v, expected):
     assert fmt_pct(v) == expected
 
@@ -321,18 +338,41 @@ def test_fmt_pct_digits():
     assert fmt_pct(0.9957, 1) == "99.6%"
 
 
-@pytest.mark.parametrize("v, expected", [
-    (-0.05, "-0.05 pp"), (1.2, "+1.20 pp"), (0, "+0.00 pp"), (-0.001, "+0.00 pp"), (None, "—"),
-])
+@pytest.mark.parametrize(
+    "v, expected",
+    [
+        (-0.05, "-0.05 pp"),
+        (1.2, "+1.20 pp"),
+        (0, "+0.00 pp"),
+        (-0.001, "+0.00 pp"),
+        (None, "—"),
+    ],
+)
 def test_fmt_pp(v, expected):
     assert fmt_pp(v) == expected
 
 
-@pytest.mark.parametrize("v, expected", [
-    (9000, "2h 30m"), (45, "45s"), (0, "0s"), (-10800, "-3h"), (1800, "30m"), (0.25, "250ms"),
-    (5.5, "5.5s"), (125.4, "2m 5s"), (3725, "1h 2m"), (8999, "2h 30m"), (3599.6, "1h"),
-    (86400, "1d"), (90000, "1d 1h"), (93784, "1d 2h"), (3600 * 24 * 7, "7d"), (None, "—"),
-])
+@pytest.mark.parametrize(
+    "v, expected",
+    [
+        (9000, "2h 30m"),
+        (45, "45s"),
+        (0, "0s"),
+        (-10800, "-3h"),
+        (1800, "30m"),
+        (0.25, "250ms"),
+        (5.5, "5.5s"),
+        (125.4, "2m 5s"),
+        (3725, "1h 2m"),
+        (8999, "2h 30m"),
+        (3599.6, "1h"),
+        (86400, "1d"),
+        (90000, "1d 1h"),
+        (93784, "1d 2h"),
+        (3600 * 24 * 7, "7d"),
+        (None, "—"),
+    ],
+)
 def test_fmt_duration(v, expected):
     assert fmt_duration(v) == expected
 
@@ -343,10 +383,20 @@ def test_fmt_duration_signed():
     assert fmt_duration(0, signed=True) == "+0s"
 
 
-@pytest.mark.parametrize("v, expected", [
-    (1.2e9, "1.2 GB"), (1.2e8, "120 MB"), (512, "512 B"), (1500, "1.5 kB"), (999_999, "1.0 MB"),
-    (5.3e10, "53 GB"), (2e12, "2.0 TB"), (0, "0 B"), (None, "—"),
-])
+@pytest.mark.parametrize(
+    "v, expected",
+    [
+        (1.2e9, "1.2 GB"),
+        (1.2e8, "120 MB"),
+        (512, "512 B"),
+        (1500, "1.5 kB"),
+        (999_999, "1.0 MB"),
+        (5.3e10, "53 GB"),
+        (2e12, "2.0 TB"),
+        (0, "0 B"),
+        (None, "—"),
+    ],
+)
 def test_fmt_bytes(v, expected):
     assert fmt_bytes(v) == expected
 
@@ -361,11 +411,19 @@ def test_fmt_int_window_timestamp():
     assert fmt_timestamp("not a time") == "not a time"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("[-3h, +30m]", (-10800.0, 1800.0)), ("[-2h 30m, +1h]", (-9000.0, 3600.0)),
-    ("[-90s, 0s]", (-90.0, 0.0)), ("[-2h, +1h30m]", (-7200.0, 5400.0)), ("-3h", None),
-    ("[a, b]", None), ("[-3x, 1h]", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[-3h, +30m]", (-10800.0, 1800.0)),
+        ("[-2h 30m, +1h]", (-9000.0, 3600.0)),
+        ("[-90s, 0s]", (-90.0, 0.0)),
+        ("[-2h, +1h30m]", (-7200.0, 5400.0)),
+        ("-3h", None),
+        ("[a, b]", None),
+        ("[-3x, 1h]", None),
+        (None, None),
+    ],
+)
 def test_parse_window(text, expected):
     assert parse_window(text) == expected
 
@@ -374,16 +432,25 @@ def test_recommendation_sentence_verbs():
     spec = {"window": "[-3h, +30m]"}
     assert recommendation_sentence({"window": "[-3h, +30m]"}, spec).startswith("Keep the window at [-3h, +30m]")
     assert recommendation_sentence({"lower_s": -21600, "upper_s": 1800}, spec).startswith(
-        "Widen the window from [-3h, +30m] to [-6h, +30m]")
+        "Widen the window from [-3h, +30m] to [-6h, +30m]"
+    )
     assert recommendation_sentence({"window": "[-2h, +1h30m]"}, spec).startswith("Shift the window")
     assert recommendation_sentence({"window": "[-2h, +1h]"}, spec).startswith("Narrow the window")
     assert recommendation_sentence({"window": "[-1h, +30m]"}, {}) == "Use the window [-1h, +30m]."
-    full = recommendation_sentence({
-        "window": "[-2h, +30m]", "predicted_match_rate": 0.921, "baseline_match_rate": 0.925,
-        "target_share": 0.995, "predicted_memory_bytes": 8e7,
-        "deployed": {"window": "[-3h, +30m]", "memory_bytes": 1.2e8}})
-    assert full == ("Narrow the window from [-3h, +30m] to [-2h, +30m]: predicted match rate 92.10% "
-                    "vs 92.50% for the baseline (99.6% of it; target 99.5%), memory 120 MB → 80 MB.")
+    full = recommendation_sentence(
+        {
+            "window": "[-2h, +30m]",
+            "predicted_match_rate": 0.921,
+            "baseline_match_rate": 0.925,
+            "target_share": 0.995,
+            "predicted_memory_bytes": 8e7,
+            "deployed": {"window": "[-3h, +30m]", "memory_bytes": 1.2e8},
+        }
+    )
+    assert full == (
+        "Narrow the window from [-3h, +30m] to [-2h, +30m]: predicted match rate 92.10% "
+        "vs 92.50% for the baseline (99.6% of it; target 99.5%), memory 120 MB → 80 MB."
+    )
     assert recommendation_sentence(None) is None
     assert recommendation_sentence({"reasons": []}) is None
 

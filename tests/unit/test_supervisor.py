@@ -8,16 +8,28 @@ from jobs.operate.health import PROGRESS_SCHEMA, progress_row
 def _progress() -> dict:
     """The shape Spark 4.2 writes for the join query: two Kafka sources, two de-dup operators and
     the join operator."""
-    src = lambda topic, n, rate: {"description": f"KafkaV2[Subscribe[{topic}]]", "numInputRows": n,  # noqa: E731
-                                  "processedRowsPerSecond": rate}
-    op = lambda name, rows, mem, dropped: {"operatorName": name, "numRowsTotal": rows,  # noqa: E731
-                                           "memoryUsedBytes": mem, "numRowsDroppedByWatermark": dropped}
+    src = lambda topic, n, rate: {
+        "description": f"KafkaV2[Subscribe[{topic}]]",
+        "numInputRows": n,  # noqa: E731
+        "processedRowsPerSecond": rate,
+    }
+    op = lambda name, rows, mem, dropped: {
+        "operatorName": name,
+        "numRowsTotal": rows,  # noqa: E731
+        "memoryUsedBytes": mem,
+        "numRowsDroppedByWatermark": dropped,
+    }
     return {
-        "runId": "r1", "batchId": 4, "timestamp": "2026-11-22T10:00:00.000Z",
+        "runId": "r1",
+        "batchId": 4,
+        "timestamp": "2026-11-22T10:00:00.000Z",
         "durationMs": {"triggerExecution": 1800},
         "sources": [src("search_responses", 120, 66.7), src("search_clicks", 170, 94.4)],
-        "stateOperators": [op("dedupeWithinWatermark", 100, 1000, 1), op("dedupeWithinWatermark", 150, 1500, 2),
-                           op("symmetricHashJoin", 900, 9000, 3)],
+        "stateOperators": [
+            op("dedupeWithinWatermark", 100, 1000, 1),
+            op("dedupeWithinWatermark", 150, 1500, 2),
+            op("symmetricHashJoin", 900, 9000, 3),
+        ],
         "eventTime": {"watermark": "2026-11-19T10:00:00.000Z"},
     }
 
@@ -44,10 +56,10 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
     import dataclasses
     import json
 
-    from jobs.settings import Settings
     from jobs.operate.process import StreamProcess
-    from jobs.storage.hold import hold
     from jobs.operate.supervisor import supervise_step
+    from jobs.settings import Settings
+    from jobs.storage.hold import hold
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path))
     spec = demo_spec.model_copy(update={"pipeline": "watched"})
@@ -64,13 +76,13 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
         done, report = supervise_step(spec, s, watch="run-1", process=proc, **opts)
         assert report.checks == 2 and report.states == {"held": 2}
         done, report = supervise_step(spec, s, watch="run-2", process=proc, **opts)
-        assert report.checks == 1                                   # a new watch starts its own report
+        assert report.checks == 1  # a new watch starts its own report
         f = tmp_path / "supervisor" / "watched" / "watch.json"
         saved = json.loads(f.read_text())
         saved["memory"]["report"]["gave_up"] = True
         f.write_text(json.dumps(saved))
         done, report = supervise_step(spec, s, watch="run-2", process=proc, **opts)
-        assert report.checks == 1 and not report.gave_up             # the retry starts over
+        assert report.checks == 1 and not report.gave_up  # the retry starts over
         done, _ = supervise_step(spec, s, watch="run-3", process=proc, **{**opts, "watch_s": 0})
         assert done
 
@@ -81,11 +93,11 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
     import dataclasses
     import sys
 
-    from jobs.storage.processes import pid_alive
-    from jobs.settings import Settings
     from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
     from jobs.operate.supervisor import supervise_step
+    from jobs.settings import Settings
     from jobs.spec import write_spec
+    from jobs.storage.processes import pid_alive
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
     spec = demo_spec.model_copy(update={"pipeline": "poked"})

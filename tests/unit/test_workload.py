@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from jobs.spec import JoinSpec, SpecError, UnknownFields, load_spec
-from jobs.workload.generator import generate, RECORD_COLUMNS
-from jobs.workload.params import BAD_CLASSES, load_workload, parse_workload, WorkloadParams
+from jobs.workload.generator import RECORD_COLUMNS, generate
+from jobs.workload.params import BAD_CLASSES, WorkloadParams, load_workload, parse_workload
 from jobs.workload.publisher import iter_slices
 from jobs.workload.texts import iso_ms
 
@@ -50,7 +50,7 @@ def _parse_time(v) -> datetime | None:
     if not isinstance(v, str) or not ISO.match(v):
         return None
     try:
-        return datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        return datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     except ValueError:
         return None
 
@@ -77,7 +77,7 @@ def classify(records: pd.DataFrame, spec: JoinSpec) -> list[str | None]:
     out: list[str | None] = []
     for topic, value, arrival_ms in zip(records["topic"], records["value"], records["arrival_ms"]):
         stream = by_topic[topic]
-        arrival = datetime.fromtimestamp(arrival_ms / 1000, timezone.utc)
+        arrival = datetime.fromtimestamp(arrival_ms / 1000, UTC)
         reason = None
         try:
             obj = json.loads(value)
@@ -91,8 +91,11 @@ def classify(records: pd.DataFrame, spec: JoinSpec) -> list[str | None]:
             reason = "null_key"
         elif _parse_time(obj.get(stream.event_time)) is None:
             reason = "bad_event_time"
-        elif any(obj.get(c) is not None and not _type_ok(obj[c], t)
-                 for c, t in stream.schema_.items() if c not in (stream.id, stream.event_time, *stream.key)):
+        elif any(
+            obj.get(c) is not None and not _type_ok(obj[c], t)
+            for c, t in stream.schema_.items()
+            if c not in (stream.id, stream.event_time, *stream.key)
+        ):
             reason = "bad_type"
         elif set(obj) - set(stream.schema_) and spec.unknown_fields == UnknownFields.quarantine:
             reason = "unexpected_field"
@@ -228,7 +231,8 @@ def test_duplicates_resend_an_earlier_record(wl):
     good = r[r["expected_reason"].isna()].set_index(["topic", "event_id"])
     assert len(dups) > 0
     for topic, key, value, arrival, event_id in dups[["topic", "key", "value", "arrival_ms", "event_id"]].itertuples(
-            index=False):
+        index=False
+    ):
         first = good.loc[(topic, event_id)]
         assert first["value"] == value and first["key"] == key
         assert 0 < arrival - first["arrival_ms"] <= 10 * 60_000
@@ -238,8 +242,10 @@ def test_event_times_outside_validity_are_really_outside(wl, spec):
     r = wl.records
     max_past = spec.timestamp_validity.max_past.total_seconds() * 1000
     max_future = spec.timestamp_validity.max_future.total_seconds() * 1000
-    for reason, check in (("event_time_too_old", lambda et, a: et < a - max_past),
-                          ("event_time_in_future", lambda et, a: et > a + max_future)):
+    for reason, check in (
+        ("event_time_too_old", lambda et, a: et < a - max_past),
+        ("event_time_in_future", lambda et, a: et > a + max_future),
+    ):
         rows = r[r["expected_reason"] == reason]
         assert len(rows) > 50
         for value, arrival in zip(rows["value"], rows["arrival_ms"]):
@@ -279,9 +285,12 @@ def test_matching_truth(wl, params, spec):
     orphans = 1 - len(links) / len(wl.right)
     assert abs(orphans - params.right_orphan_share) < 0.005
 
-    pairs = (links.merge(wl.left[["event_id", "key", "event_time"]], left_on="left_event_id", right_on="event_id")
-             .merge(wl.right[["event_id", "key", "event_time"]], left_on="right_event_id", right_on="event_id",
-                    suffixes=("_l", "_r")))
+    pairs = links.merge(wl.left[["event_id", "key", "event_time"]], left_on="left_event_id", right_on="event_id").merge(
+        wl.right[["event_id", "key", "event_time"]],
+        left_on="right_event_id",
+        right_on="event_id",
+        suffixes=("_l", "_r"),
+    )
     assert len(pairs) == len(links) and (pairs["key_l"] == pairs["key_r"]).all()
     offset = (pairs["event_time_r"] - pairs["event_time_l"]).dt.total_seconds()
     late = (offset > spec.window.upper.total_seconds()).mean()
@@ -300,19 +309,24 @@ def test_key_skew_and_diurnal_shape(wl, params, spec):
     assert by_hour[int(params.diurnal_peak_hour)] > 2.5 * by_hour[(int(params.diurnal_peak_hour) + 12) % 24]
     per_day = wl.left["event_time"].dt.tz_convert(spec.timezone).dt.date.value_counts().sort_index()
     assert len(per_day) <= params.days + 1
-    assert per_day.iloc[:params.days].between(0.95 * params.left_events_per_day, 1.05 * params.left_events_per_day).all()
+    assert (
+        per_day.iloc[: params.days].between(0.95 * params.left_events_per_day, 1.05 * params.left_events_per_day).all()
+    )
 
 
 # ------------------------------------------------------------------ spec variations
 
 
 def test_follows_the_spec(params, spec):
-    other = spec.model_copy(update={
-        "timezone": "America/Los_Angeles",
-        "unknown_fields": UnknownFields.ignore,
-        "timestamp_validity": spec.timestamp_validity.model_copy(
-            update={"max_past": timedelta(hours=30), "max_future": timedelta(minutes=5)}),
-    })
+    other = spec.model_copy(
+        update={
+            "timezone": "America/Los_Angeles",
+            "unknown_fields": UnknownFields.ignore,
+            "timestamp_validity": spec.timestamp_validity.model_copy(
+                update={"max_past": timedelta(hours=30), "max_future": timedelta(minutes=5)}
+            ),
+        }
+    )
     small = params.model_copy(update={"left_events_per_day": 5000, "days": 1})
     wl = generate(small, other)
     r = wl.records
