@@ -121,12 +121,6 @@ def demo_spec():
 
 
 @pytest.fixture(scope="session")
-def spec(demo_spec):
-    """The older name of :func:`demo_spec`, for the test files that still ask for ``spec``."""
-    return demo_spec
-
-
-@pytest.fixture(scope="session")
 def demo_spec_data():
     """A factory: a fresh deep copy of the demo spec's YAML mapping, to edit and parse or write."""
     import copy

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 
-def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, spec, test_settings, test_root):
+def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, demo_spec, test_settings, test_root):
     from jobs.local.chaos import (
         chaos_run,
         isolated_spec,
@@ -32,12 +32,12 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, s
     from jobs.storage.tables import Tables
 
     name = "chaos"
-    ch = isolated_spec(spec, name, max_offsets=20)  # ~15 micro-batches for 200 left / ~290 right events
-    publish_workload(spec, ch, kafka, left_events=200, seed=7)
+    ch = isolated_spec(demo_spec, name, max_offsets=20)  # ~15 micro-batches for 200 left / ~290 right events
+    publish_workload(demo_spec, ch, kafka, left_events=200, seed=7)
 
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / name / "reference"))
     # one batch for the reference: with wide watermarks the output does not depend on batching
-    expected = reference_output(spark, isolated_spec(spec, name, max_offsets=None), kafka, reference)
+    expected = reference_output(spark, isolated_spec(demo_spec, name, max_offsets=None), kafka, reference)
     assert len(expected) > 150
 
     # the stream process is a separate JVM: a small heap for it

@@ -94,23 +94,23 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def run(spark, kafka, spec, test_settings, tmp_path_factory):
+def run(spark, kafka, demo_spec, test_settings, tmp_path_factory):
     """One real streaming-join run: unique topics and storage root; returns what the tests need."""
     tag = uuid.uuid4().hex[:8]
-    spec = spec.model_copy(
+    demo_spec = demo_spec.model_copy(
         update={
-            "left": spec.left.model_copy(update={"topic": f"ckpt_{tag}_responses"}),
-            "right": spec.right.model_copy(update={"topic": f"ckpt_{tag}_clicks"}),
+            "left": demo_spec.left.model_copy(update={"topic": f"ckpt_{tag}_responses"}),
+            "right": demo_spec.right.model_copy(update={"topic": f"ckpt_{tag}_clicks"}),
         }
     )
     root = tmp_path_factory.mktemp("ckpt_inspect")
     s = dataclasses.replace(test_settings, storage_root=str(root / "storage"))
-    for topic in (spec.left.topic, spec.right.topic):
+    for topic in (demo_spec.left.topic, demo_spec.right.topic):
         create_topic(kafka, topic, partitions=2)
-    publish(kafka, spec.left.topic, responses(4))
-    publish(kafka, spec.right.topic, clicks(5))
+    publish(kafka, demo_spec.left.topic, responses(4))
+    publish(kafka, demo_spec.right.topic, clicks(5))
 
-    (query,) = start_streaming_join(spark, spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
+    (query,) = start_streaming_join(spark, demo_spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
     try:
         assert query.awaitTermination(timeout=600), "availableNow run did not finish in 10 minutes"
     finally:
@@ -119,11 +119,11 @@ def run(spark, kafka, spec, test_settings, tmp_path_factory):
     assert query.exception() is None, query.exception()
 
     spec_file = root / "spec.yaml"
-    spec_file.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True), sort_keys=False))
+    spec_file.write_text(yaml.safe_dump(demo_spec.model_dump(mode="json", by_alias=True), sort_keys=False))
     return {
-        "spec": spec,
+        "spec": demo_spec,
         "settings": s,
-        "checkpoint": Path(Tables.of(spec, s).checkpoint("stream_join")),
+        "checkpoint": Path(Tables.of(demo_spec, s).checkpoint("stream_join")),
         "spec_file": str(spec_file),
         "root": root,
     }

@@ -126,27 +126,27 @@ def by_suite(results) -> dict:
 
 
 @pytest.fixture(scope="module")
-def good(spark, spec, test_settings, tmp_path_factory):
+def good(spark, demo_spec, test_settings, tmp_path_factory):
     """Landed tables, the stream output and metrics (stream = windowed = 2/3) that pass every gate."""
     s = dataclasses.replace(test_settings, storage_root=str(tmp_path_factory.mktemp("quality_good")))
-    tables = Tables.of(spec, s)
-    left, right = good_left(spark, spec), good_right(spark, spec)
+    tables = Tables.of(demo_spec, s)
+    left, right = good_left(spark, demo_spec), good_right(spark, demo_spec)
     write(left, tables.landed("left"))
     write(right, tables.landed("right"))
-    out = join_events(left, right, spec, windowed=True)
+    out = join_events(left, right, demo_spec, windowed=True)
     write(out, tables.output("stream"))
     write(metrics_rows(spark, 2 / 3, 2 / 3), tables.match_metrics)
     return s
 
 
 @pytest.fixture(scope="module")
-def bad(spark, spec, test_settings, tmp_path_factory):
+def bad(spark, demo_spec, test_settings, tmp_path_factory):
     s = dataclasses.replace(test_settings, storage_root=str(tmp_path_factory.mktemp("quality_bad")))
-    tables = Tables.of(spec, s)
-    left = good_left(spark, spec).unionByName(
+    tables = Tables.of(demo_spec, s)
+    left = good_left(spark, demo_spec).unionByName(
         landed(
             spark,
-            spec,
+            demo_spec,
             "left",
             [
                 ("L4", None, t("12:00"), t("12:01"), "socks", 1),  # null key
@@ -156,10 +156,10 @@ def bad(spark, spec, test_settings, tmp_path_factory):
             ],
         )
     )
-    right = good_right(spark, spec).unionByName(
+    right = good_right(spark, demo_spec).unionByName(
         landed(
             spark,
-            spec,
+            demo_spec,
             "right",
             [
                 ("R9", "s2", t("15:00"), t("12:00"), "click", 4),  # 3h after arrival
@@ -168,7 +168,7 @@ def bad(spark, spec, test_settings, tmp_path_factory):
     )
     write(left, tables.landed("left"))
     write(right, tables.landed("right"))
-    out = join_events(good_left(spark, spec), good_right(spark, spec), spec, windowed=True)
+    out = join_events(good_left(spark, demo_spec), good_right(spark, demo_spec), demo_spec, windowed=True)
     out = out.withColumn(
         "right_action", F.when(F.col("left_event_id") == "L3", F.lit("click")).otherwise(F.col("right_action"))
     )
@@ -185,14 +185,14 @@ def _snapshot(root: Path) -> dict[str, tuple[float, int]]:
     return {str(p): (p.stat().st_mtime, p.stat().st_size) for p in root.rglob("*")}
 
 
-def test_suite_files_in_repo_are_in_sync_with_the_spec(spec):
+def test_suite_files_in_repo_are_in_sync_with_the_spec(demo_spec):
     before = _snapshot(EXPECTATIONS_DIR)
-    assert suites_out_of_sync(spec) == [], (
+    assert suites_out_of_sync(demo_spec) == [], (
         "expectations/ differs from build_suites(spec): run "
         "`joinshift quality write-suites --spec include/specs/search_sessions.yaml`"
     )
-    loaded = load_suites(spec)  # through GX's file context
-    built = build_suites(spec)
+    loaded = load_suites(demo_spec)  # through GX's file context
+    built = build_suites(demo_spec)
     assert set(loaded) == set(KINDS)
     assert {k: suite_dict(v) for k, v in loaded.items()} == {k: suite_dict(v) for k, v in built.items()}
     assert _snapshot(EXPECTATIONS_DIR) == before, "opening the file context must not write to expectations/"
@@ -205,10 +205,10 @@ def test_suite_files_in_repo_are_in_sync_with_the_spec(spec):
     ]
 
 
-def test_a_spec_change_without_regenerating_is_detected(spec, tmp_path):
-    changed = spec.model_copy(
+def test_a_spec_change_without_regenerating_is_detected(demo_spec, tmp_path):
+    changed = demo_spec.model_copy(
         update={
-            "accuracy": spec.accuracy.model_copy(update={"tolerance_pp": 2.0}),
+            "accuracy": demo_spec.accuracy.model_copy(update={"tolerance_pp": 2.0}),
             "join": JoinOptions(type=JoinType.left_outer, cardinality=Cardinality.one_to_one),
         }
     )
@@ -222,8 +222,8 @@ def test_a_spec_change_without_regenerating_is_detected(spec, tmp_path):
 # ---------------------------------------------------------------- gates on Delta tables
 
 
-def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, spec, good):
-    results = run_gates(spark, spec, DS, good)
+def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, demo_spec, good):
+    results = run_gates(spark, demo_spec, DS, good)
     assert [r.suite for r in results] == list(KINDS)
     for r in results:
         assert r.success is True, r.summary
@@ -236,9 +236,9 @@ def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, spec, good)
     assert "stream 66.67% vs batch_1d_windowed 66.67%" in by_suite(results)["accuracy"].summary
     assert_gates(results)  # does not raise
 
-    path = write_gate_results(spark, spec, DS, results, good)
-    write_gate_results(spark, spec, DS, results, good)  # a rerun replaces the ds partition
-    assert path == Tables.of(spec, good)._t("quality_gates") == gates_path(spec, good)
+    path = write_gate_results(spark, demo_spec, DS, results, good)
+    write_gate_results(spark, demo_spec, DS, results, good)  # a rerun replaces the ds partition
+    assert path == Tables.of(demo_spec, good)._t("quality_gates") == gates_path(demo_spec, good)
     rows = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(DS)).collect()
     assert sorted(r.suite for r in rows) == sorted(KINDS)
     assert all(r.success and r.pipeline == "search_sessions" and json.loads(r.failures) == [] for r in rows)
@@ -246,8 +246,8 @@ def test_all_gates_pass_on_good_data_and_results_are_recorded(spark, spec, good)
     assert [r.as_report() for r in results][0].keys() == {"suite", "success", "evaluated", "failed", "summary"}
 
 
-def test_each_rule_fails_on_data_that_breaks_it(spark, spec, bad):
-    results = by_suite(run_gates(spark, spec, DS, bad))
+def test_each_rule_fails_on_data_that_breaks_it(spark, demo_spec, bad):
+    results = by_suite(run_gates(spark, demo_spec, DS, bad))
     expected = {
         "raw_left": {
             ("expect_column_values_to_not_be_null", "session_id"),
@@ -290,15 +290,15 @@ def test_each_rule_fails_on_data_that_breaks_it(spark, spec, bad):
     assert msg.startswith("4 of 4 data quality gates failed:")
     assert all(r.summary in msg for r in results.values())
 
-    path = write_gate_results(spark, spec, DS, list(results.values()), bad)
+    path = write_gate_results(spark, demo_spec, DS, list(results.values()), bad)
     rows = {r.suite: r for r in spark.read.format("delta").load(path).collect()}
     assert set(rows) == set(KINDS) and not any(r.success for r in rows.values())
     assert {(f["expectation"], f["column"]) for f in json.loads(rows["raw_right"].failures)} == expected["raw_right"]
 
 
-def test_one_to_one_and_inner_rules(spark, spec, good, tmp_path):
+def test_one_to_one_and_inner_rules(spark, demo_spec, good, tmp_path):
     """A 1-to-1 inner spec: the 1-to-n left-outer output breaks both rules; its own output passes."""
-    strict = spec.model_copy(update={"join": JoinOptions(type=JoinType.inner, cardinality=Cardinality.one_to_one)})
+    strict = demo_spec.model_copy(update={"join": JoinOptions(type=JoinType.inner, cardinality=Cardinality.one_to_one)})
     write_suites(strict, tmp_path / "gx")
     [r] = run_gates(spark, strict, DS, good, kinds=["join_output"], suites_dir=tmp_path / "gx")
     assert r.suite == "join_output" and r.success is False
@@ -311,17 +311,19 @@ def test_one_to_one_and_inner_rules(spark, spec, good, tmp_path):
 
     suite = load_suites(strict, tmp_path / "gx", ["join_output"])["join_output"]
     ok = validate_frame(
-        join_events(good_left(spark, spec), good_right(spark, spec), strict, windowed=True), suite, "join_output"
+        join_events(good_left(spark, demo_spec), good_right(spark, demo_spec), strict, windowed=True),
+        suite,
+        "join_output",
     )
     assert ok.success is True and ok.evaluated == 5, ok.summary
 
 
-def test_missing_tables_are_skipped_not_crashed(spark, spec, test_settings, tmp_path):
+def test_missing_tables_are_skipped_not_crashed(spark, demo_spec, test_settings, tmp_path):
     s = dataclasses.replace(test_settings, storage_root=str(tmp_path))
-    results = run_gates(spark, spec, DS, s)
+    results = run_gates(spark, demo_spec, DS, s)
     assert [r.suite for r in results] == list(KINDS)
     assert all(r.success is None and r.skipped and r.evaluated == 0 for r in results)
-    assert results[0].summary == f"raw_left: skipped: table missing ({Tables.of(spec, s).landed('left')})"
+    assert results[0].summary == f"raw_left: skipped: table missing ({Tables.of(demo_spec, s).landed('left')})"
     assert_gates(results)  # skipped is not failed ...
     with pytest.raises(GateFailed, match="raw_left: skipped: table missing"):
         assert_gates(results, allow_skipped=False)  # ... unless the caller says so

@@ -23,14 +23,14 @@ def _state(dr) -> str:
 
 
 @pytest.fixture(scope="module")
-def pipeline(kafka, spec, test_root):
+def pipeline(kafka, demo_spec, test_root):
     from jobs.local.chaos import isolated_spec, publish_workload
     from jobs.spec import write_spec
 
     name = "dagrestart"
-    ps = isolated_spec(spec, name, max_offsets=200)
+    ps = isolated_spec(demo_spec, name, max_offsets=200)
     ps = ps.model_copy(update={"streaming": ps.streaming.model_copy(update={"trigger_interval": timedelta(seconds=2)})})
-    publish_workload(spec, ps, kafka, left_events=200, seed=11)
+    publish_workload(demo_spec, ps, kafka, left_events=200, seed=11)
     path = write_spec(ps, test_root / name / "spec.yaml")
     yield ps, path
     from jobs.operate.process import stop_stream_process
@@ -107,13 +107,13 @@ def _drained(ps, bootstrap) -> bool:
     return bool(h.lag) and all(v == 0 for v in h.lag.values())
 
 
-def test_a_hold_keeps_the_supervisor_from_starting_the_stream(spec, test_root):
+def test_a_hold_keeps_the_supervisor_from_starting_the_stream(demo_spec, test_root):
     from jobs.operate.process import StreamProcess
     from jobs.operate.supervisor import supervise
     from jobs.spec import write_spec
     from jobs.storage.hold import hold
 
-    hs = spec.model_copy(update={"pipeline": "held"})
+    hs = demo_spec.model_copy(update={"pipeline": "held"})
     path = write_spec(hs, test_root / "held" / "spec.yaml")
     proc = StreamProcess(path, hs)
     with hold(hs, reason="replay in a test"):
@@ -124,14 +124,14 @@ def test_a_hold_keeps_the_supervisor_from_starting_the_stream(spec, test_root):
     assert "replay in a test" in report.last["reason"]
 
 
-def test_a_stream_will_not_start_on_a_checkpoint_another_process_holds(spec, test_root):
+def test_a_stream_will_not_start_on_a_checkpoint_another_process_holds(demo_spec, test_root):
     import json
     import os
 
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.hold import hold_file
 
-    hs = spec.model_copy(update={"pipeline": "held_elsewhere"})
+    hs = demo_spec.model_copy(update={"pipeline": "held_elsewhere"})
     f = hold_file(hs)
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(json.dumps({"pid": os.getppid(), "since": "now", "reason": "replay from cut-over X"}))
@@ -159,15 +159,15 @@ def _other_process_hold(hs):
         f.write_text(mine)
 
 
-def test_a_replay_dag_run_fails_at_the_retention_check_and_stops_nothing(dagbag, kafka, spec, test_root):
+def test_a_replay_dag_run_fails_at_the_retention_check_and_stops_nothing(dagbag, kafka, demo_spec, test_root):
     from kafka import KafkaAdminClient, TopicPartition
 
     from jobs.local.chaos import isolated_spec, publish_workload
     from jobs.spec import write_spec
     from jobs.storage.tables import Tables
 
-    gs = isolated_spec(spec, "dagretention", max_offsets=200)
-    publish_workload(spec, gs, kafka, left_events=100, seed=3)
+    gs = isolated_spec(demo_spec, "dagretention", max_offsets=200)
+    publish_workload(demo_spec, gs, kafka, left_events=100, seed=3)
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         admin.delete_records({TopicPartition(gs.right.topic, 0): 40})  # what retention would have removed

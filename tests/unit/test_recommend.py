@@ -65,8 +65,8 @@ def test_the_smallest_window_reaching_the_target_wins():
     assert choose(preds, baseline_rate=0.99, target_share=1.0).label() == "[-3h, +30m]"
 
 
-def test_boundary_deltas_say_which_side_to_widen_or_shrink(spec):
-    span = spec.window.span_seconds
-    reasons = boundary_reasons(spec, {"to_lower_p1": 0.5 * span, "to_upper_p1": 5.0})
+def test_boundary_deltas_say_which_side_to_widen_or_shrink(demo_spec):
+    span = demo_spec.window.span_seconds
+    reasons = boundary_reasons(demo_spec, {"to_lower_p1": 0.5 * span, "to_upper_p1": 5.0})
     assert any("lower side can shrink" in r for r in reasons)
     assert any("widening the upper side" in r for r in reasons)

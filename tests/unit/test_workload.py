@@ -39,8 +39,8 @@ def params() -> WorkloadParams:
 
 
 @pytest.fixture(scope="module")
-def wl(params, spec):
-    return generate(params, spec)
+def wl(params, demo_spec):
+    return generate(params, demo_spec)
 
 
 # ------------------------------------------------------------------ a reference classifier
@@ -148,30 +148,30 @@ def test_a_bad_field_in_the_file_is_named(tmp_path):
 # ------------------------------------------------------------------ records
 
 
-def test_records_shape_and_arrival_order(wl, spec):
+def test_records_shape_and_arrival_order(wl, demo_spec):
     r = wl.records
     assert list(r.columns) == list(RECORD_COLUMNS)
     assert r["arrival_ms"].dtype == np.int64
     assert r["arrival_ms"].is_monotonic_increasing
     assert set(r["side"]) == {"left", "right"}
-    assert (r.loc[r.side == "left", "topic"] == spec.left.topic).all()
-    assert (r.loc[r.side == "right", "topic"] == spec.right.topic).all()
+    assert (r.loc[r.side == "left", "topic"] == demo_spec.left.topic).all()
+    assert (r.loc[r.side == "right", "topic"] == demo_spec.right.topic).all()
     # nothing arrives before the first day (the demo lands start_date .. last day + 1)
-    first = pd.Timestamp("2026-11-19", tz=spec.timezone)
+    first = pd.Timestamp("2026-11-19", tz=demo_spec.timezone)
     assert r["arrival_ms"].min() >= first.value // 10**6
 
 
-def test_deterministic(params, spec, wl):
-    again = generate(params, spec)
+def test_deterministic(params, demo_spec, wl):
+    again = generate(params, demo_spec)
     pd.testing.assert_frame_equal(again.records, wl.records)
     pd.testing.assert_frame_equal(again.left, wl.left)
     pd.testing.assert_frame_equal(again.links, wl.links)
-    other = generate(params.model_copy(update={"seed": params.seed + 1}), spec)
+    other = generate(params.model_copy(update={"seed": params.seed + 1}), demo_spec)
     assert not other.records["value"].head(100).equals(wl.records["value"].head(100))
 
 
-def test_every_record_has_exactly_its_expected_reason(wl, spec):
-    assert classify(wl.records, spec) == wl.records["expected_reason"].tolist()
+def test_every_record_has_exactly_its_expected_reason(wl, demo_spec):
+    assert classify(wl.records, demo_spec) == wl.records["expected_reason"].tolist()
 
 
 def test_bad_counts_follow_the_shares(wl, params):
@@ -187,10 +187,10 @@ def test_bad_counts_follow_the_shares(wl, params):
     assert (good.side == "right").sum() == len(wl.right)
 
 
-def test_good_records_parse_back_to_the_schema(wl, spec):
+def test_good_records_parse_back_to_the_schema(wl, demo_spec):
     good = wl.records[wl.records["expected_reason"].isna()]
     for side, frame in (("left", wl.left), ("right", wl.right)):
-        stream = spec.side(side)
+        stream = demo_spec.side(side)
         rows = good[good.side == side]
         objs = [json.loads(v) for v in rows["value"]]
         assert all(list(o) == list(stream.schema_) for o in objs)
@@ -212,11 +212,11 @@ def test_good_records_parse_back_to_the_schema(wl, spec):
         assert (frame["event_time"] <= frame["arrival_time"]).all()
 
 
-def test_good_frames(wl, spec):
+def test_good_frames(wl, demo_spec):
     for side in ("left", "right"):
         f = getattr(wl, side)
         assert list(f.columns[:4]) == ["event_id", "key", "event_time", "arrival_time"]
-        assert set(spec.side(side).schema_) <= set(f.columns)
+        assert set(demo_spec.side(side).schema_) <= set(f.columns)
         assert str(f["event_time"].dtype) == "datetime64[ms, UTC]"
         assert str(f["arrival_time"].dtype) == "datetime64[ms, UTC]"
         assert (f["key"] == f["session_id"]).all()
@@ -238,10 +238,10 @@ def test_duplicates_resend_an_earlier_record(wl):
         assert 0 < arrival - first["arrival_ms"] <= 10 * 60_000
 
 
-def test_event_times_outside_validity_are_really_outside(wl, spec):
+def test_event_times_outside_validity_are_really_outside(wl, demo_spec):
     r = wl.records
-    max_past = spec.timestamp_validity.max_past.total_seconds() * 1000
-    max_future = spec.timestamp_validity.max_future.total_seconds() * 1000
+    max_past = demo_spec.timestamp_validity.max_past.total_seconds() * 1000
+    max_future = demo_spec.timestamp_validity.max_future.total_seconds() * 1000
     for reason, check in (
         ("event_time_too_old", lambda et, a: et < a - max_past),
         ("event_time_in_future", lambda et, a: et > a + max_future),
@@ -256,7 +256,7 @@ def test_event_times_outside_validity_are_really_outside(wl, spec):
 # ------------------------------------------------------------------ realism
 
 
-def test_delays(wl, spec, params):
+def test_delays(wl, demo_spec, params):
     left = (wl.left["arrival_time"] - wl.left["event_time"]).dt.total_seconds()
     assert left.quantile(0.5) < 5 and left.quantile(0.99) < 60
     assert left.max() < params.left_straggler_max.total_seconds() + 1
@@ -265,8 +265,8 @@ def test_delays(wl, spec, params):
     delay = (right["arrival_time"] - right["event_time"]).dt.total_seconds()
     assert delay.quantile(0.5) < 600, "most clicks arrive within minutes"
     assert delay.quantile(0.99) > 3600, "a tail of hours"
-    assert delay.max() < spec.timestamp_validity.max_past.total_seconds()
-    local_hour = right["event_time"].dt.tz_convert(spec.timezone).dt.hour
+    assert delay.max() < demo_spec.timestamp_validity.max_past.total_seconds()
+    local_hour = right["event_time"].dt.tz_convert(demo_spec.timezone).dt.hour
     start, end = params.night_hours
     night = (local_hour >= start) & (local_hour < end)
     assert delay[night].median() > 1.5 * delay[~night].median()
@@ -275,7 +275,7 @@ def test_delays(wl, spec, params):
     assert not right["event_time"].is_monotonic_increasing
 
 
-def test_matching_truth(wl, params, spec):
+def test_matching_truth(wl, params, demo_spec):
     links = wl.links
     assert links["right_event_id"].is_unique
     unmatched = 1 - links["left_event_id"].nunique() / len(wl.left)
@@ -293,21 +293,21 @@ def test_matching_truth(wl, params, spec):
     )
     assert len(pairs) == len(links) and (pairs["key_l"] == pairs["key_r"]).all()
     offset = (pairs["event_time_r"] - pairs["event_time_l"]).dt.total_seconds()
-    late = (offset > spec.window.upper.total_seconds()).mean()
+    late = (offset > demo_spec.window.upper.total_seconds()).mean()
     before = (offset < 0).mean()
     assert abs(late - params.right_late_share) < 0.005
     assert abs(before - params.right_before_share) < 0.006
     assert offset.min() >= -params.right_before_max.total_seconds()
 
 
-def test_key_skew_and_diurnal_shape(wl, params, spec):
+def test_key_skew_and_diurnal_shape(wl, params, demo_spec):
     per_key = wl.left.groupby("key").size()
     assert per_key.nunique() > 5 and per_key.max() >= 20, "some sessions are hot"
     assert len(per_key) == params.days * params.keys_per_day
-    hour = wl.left["event_time"].dt.tz_convert(spec.timezone).dt.hour
+    hour = wl.left["event_time"].dt.tz_convert(demo_spec.timezone).dt.hour
     by_hour = hour.value_counts()
     assert by_hour[int(params.diurnal_peak_hour)] > 2.5 * by_hour[(int(params.diurnal_peak_hour) + 12) % 24]
-    per_day = wl.left["event_time"].dt.tz_convert(spec.timezone).dt.date.value_counts().sort_index()
+    per_day = wl.left["event_time"].dt.tz_convert(demo_spec.timezone).dt.date.value_counts().sort_index()
     assert len(per_day) <= params.days + 1
     assert (
         per_day.iloc[: params.days].between(0.95 * params.left_events_per_day, 1.05 * params.left_events_per_day).all()
@@ -317,12 +317,12 @@ def test_key_skew_and_diurnal_shape(wl, params, spec):
 # ------------------------------------------------------------------ spec variations
 
 
-def test_follows_the_spec(params, spec):
-    other = spec.model_copy(
+def test_follows_the_spec(params, demo_spec):
+    other = demo_spec.model_copy(
         update={
             "timezone": "America/Los_Angeles",
             "unknown_fields": UnknownFields.ignore,
-            "timestamp_validity": spec.timestamp_validity.model_copy(
+            "timestamp_validity": demo_spec.timestamp_validity.model_copy(
                 update={"max_past": timedelta(hours=30), "max_future": timedelta(minutes=5)}
             ),
         }
@@ -363,10 +363,10 @@ def test_iter_slices(wl):
         list(iter_slices(wl.records, 0))
 
 
-def test_performance_smoke(params, spec):
+def test_performance_smoke(params, demo_spec):
     big = params.model_copy(update={"left_events_per_day": 200_000, "days": 1})
     started = time.perf_counter()
-    wl = generate(big, spec)
+    wl = generate(big, demo_spec)
     elapsed = time.perf_counter() - started
     assert len(wl.records) > 450_000
     assert elapsed < 8, f"200k left events took {elapsed:.1f}s"
