@@ -224,23 +224,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_HANDLER = "joinshift-cli"
+
+
 def _configure_logging(verbose: bool) -> None:
     """Everything to ``<log_dir>/joinshift.log``; the console gets it only with ``-v``."""
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER]:  # one set, however often main() runs
+        root.removeHandler(old)
+        old.close()
+    handlers: list[logging.Handler] = []
     try:
         log_dir = Path(settings().log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(log_dir / "joinshift.log")
-        file_handler.setFormatter(fmt)
-        root.addHandler(file_handler)
+        handlers.append(logging.FileHandler(log_dir / "joinshift.log"))
     except OSError:
         pass
     console = logging.StreamHandler()
-    console.setFormatter(fmt)
     console.setLevel(logging.DEBUG if verbose else logging.ERROR)
-    root.addHandler(console)
+    handlers.append(console)
+    for h in handlers:
+        h.set_name(_HANDLER)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(h)
     if verbose:
         os.environ.setdefault("JOINSHIFT_SPARK_CONSOLE_LEVEL", "warn")  # Spark's WARN lines too
     else:
