@@ -182,6 +182,10 @@ def _list(v: Any) -> list:
     return v if isinstance(v, list) else []
 
 
+def _dict(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
 def _svg_number(v: float) -> str:
     return f"{v:.1f}"
 
@@ -261,7 +265,7 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
     present = {v for d in days for v in by_ds[d]}
     known = list(report_mod.VARIANTS)
     variants = [v for v in known if v in present] + sorted(present - set(known))
-    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    spec = _dict(data.get("spec"))
     baseline = str(spec.get("baseline") or "batch_1d_windowed")
     rows = []
     for v in variants:
@@ -293,8 +297,8 @@ def _recommendation(data: dict, report_mod: Any) -> dict | None:
     rec = data.get("recommendation")
     if not isinstance(rec, dict):
         return None
-    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
-    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    spec = _dict(data.get("spec"))
+    deployed = _dict(rec.get("deployed"))
     new = rec.get("window")
     if not new and _num(rec.get("lower_s")) is not None and _num(rec.get("upper_s")) is not None:
         new = report_mod.fmt_window(rec["lower_s"], rec["upper_s"])
@@ -419,7 +423,7 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
     except (OSError, ValueError) as e:
         p["error"] = f"The newest report ({newest}) could not be read: {e}"
         return p
-    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    spec = _dict(data.get("spec"))
     head = next((r for r in p["days"] if r["ds"] == newest), None) or {}
     tol = _num(spec.get("tolerance_pp"))
     baseline = str(spec.get("baseline") or "batch_1d_windowed")
@@ -536,10 +540,11 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
         dependencies=[Depends(require_user)],
     )
     app.state.reports_root = Path(reports_root) if reports_root is not None else None
-    app.add_exception_handler(HTTPException, _auth_error)
+    app.add_exception_handler(HTTPException, _auth_error)  # type: ignore[arg-type]  # Starlette types handlers on Exception
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
+        err: str | None
         try:
             root = _reports_root(request)
         except Exception as e:  # settings unreadable: say so on the page

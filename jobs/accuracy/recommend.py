@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -269,7 +270,7 @@ def recommend(
     lateness, peak_rate = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
-        pdf = (
+        pdf: pd.DataFrame = (
             delta_io.read_table(spark, tables.landed(side))
             .where(F.col("ds").isin(days))
             .select(F.unix_millis(st.event_time).alias("e"), F.unix_millis("_arrival_time").alias("a"))
@@ -304,7 +305,7 @@ def recommend(
     if bpr is None:
         bpr = 400.0  # no state metrics yet: ~200 B of payload, twice that once buffered in RocksDB
     replay = replay_rows_per_s or _replay_rate(progress)
-    kw = dict(
+    kw: dict[str, Any] = dict(  # the keyword arguments of predict(), shared by both calls
         late_loss=late_loss,
         right_rate=peak_rate["right"],
         left_rate=peak_rate["left"],

@@ -143,7 +143,7 @@ class AirflowStandalone:
         )
         return env
 
-    def start(self) -> AirflowStandalone:
+    def start(self) -> Self:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "simple_auth_manager_passwords.json").write_text(json.dumps({"admin": self.password}))
         if self.db is not None and Path(self.db).exists():
@@ -280,7 +280,9 @@ def login(page: Page, base_url: str, username: str, password: str, next_path: st
 
 def plugin_frame(page: Page) -> Frame:
     """The frame of the Airflow UI's iframe that shows the plugin page."""
-    frame = page.wait_for_selector("iframe").content_frame()
+    iframe = page.wait_for_selector("iframe")
+    assert iframe is not None  # None only when waiting for "hidden" or "detached"
+    frame = iframe.content_frame()
     if frame is None:
         raise RuntimeError("the iframe has no frame")
     return frame

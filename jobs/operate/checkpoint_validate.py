@@ -218,6 +218,7 @@ def _ids(ids: list[int]) -> str:
 
 
 def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str) -> None:
+    assert h.last_committed_batch is not None  # called only once a batch is committed
     state = cp / "state"
     needed = h.last_committed_batch + 1  # state version written by the last committed batch
     if not state.is_dir():

@@ -52,7 +52,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
@@ -244,7 +244,7 @@ def build_suites(spec: JoinSpec) -> dict[str, ExpectationSuite]:
 
 def suite_dict(suite: ExpectationSuite) -> dict:
     """A suite as stable JSON: GX's own serialization minus the ids and GX version it adds."""
-    d = suite.to_json_dict()
+    d: dict[str, Any] = suite.to_json_dict()  # GX types the values as any JSON; the layout is fixed
     d.pop("id", None)
     for e in d.get("expectations", []):
         e.pop("id", None)

@@ -11,18 +11,22 @@ land in ``<storage_root>/reports/<pipeline>/<ds>/``; ``joinshift report`` (jobs/
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, date, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.report.model import SECTION_TYPES, ReportData
+from jobs.report.model import SECTION_TYPES, ReportData, Runbook, SpecSummary
 from jobs.settings import PROJECT_ROOT, Settings
 from jobs.spec import JoinSpec, format_duration
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("joinshift.report")
 
@@ -64,7 +68,7 @@ def _boundary_deltas(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> d
         entry = {k: v for k, v in metrics.get(variant, {}).items() if k.startswith("to_")}
         for col in ("to_lower", "to_upper"):
             b = F.least(F.greatest(F.floor(F.col(f"{col}_s") / width), F.lit(0)), F.lit(HIST_BINS - 1))
-            counts = dict(d.groupBy(b.alias("b")).count().collect())
+            counts: dict[int, int] = dict(d.groupBy(b.alias("b")).count().collect())
             entry[f"hist_{col}"] = {"edges": edges, "counts": [int(counts.get(i, 0)) for i in range(HIST_BINS)]}
         out[variant] = entry
     return out
@@ -81,7 +85,7 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
     series, advice = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
-        pdf = (
+        pdf: pd.DataFrame = (
             delta_io.read_table(spark, tables.landed(side))
             .where(F.col("ds") == F.lit(ds))
             .select(F.unix_millis("_arrival_time").alias("a"), F.unix_millis(st.event_time).alias("e"))
@@ -127,7 +131,7 @@ def _quarantine(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
 
     if not delta_io.table_exists(spark, tables.quarantine):
         return {}
-    q = {}
+    q: dict[str, dict[str, int]] = {}
     rows = (
         spark.read.format("delta")
         .load(tables.quarantine)
@@ -155,7 +159,9 @@ def runbooks() -> list[dict]:
 def _adapter(key: str):
     from pydantic import TypeAdapter
 
-    return TypeAdapter(SECTION_TYPES[key])
+    annotation = SECTION_TYPES[key]
+    assert annotation is not None  # every ReportData field is annotated
+    return TypeAdapter(annotation)
 
 
 def _recommendation(rec) -> tuple[list[dict], dict]:
@@ -239,7 +245,7 @@ def build_report(
         sweep, chosen = _recommendation(rec)
         return {"sweep": sweep, "recommendation": chosen}
 
-    steps = {
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
         "match_rates": lambda: {"match_rates": match_rates()},
         "boundary_deltas": lambda: {"boundary_deltas": _boundary_deltas(spark, spec, tables, ds)},
         "attribution": lambda: {"attribution": attribute_misses(spark, spec, ds, s=s)},
@@ -258,10 +264,10 @@ def build_report(
     data = ReportData(
         pipeline=spec.pipeline,
         ds=str(ds),
-        spec=_spec_summary(spec),
+        spec=SpecSummary.model_validate(_spec_summary(spec)),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         **sections,
-        runbooks=runbooks(),
+        runbooks=[Runbook.model_validate(r) for r in runbooks()],
     )
     return data, rec
 

@@ -8,6 +8,7 @@ files.html          # var/reports/search_sessions/2026-11-20/report.html
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from jobs.report.format import CAUSES, VARIANTS, fmt_bytes, fmt_duration, fmt_pp, fmt_window
 from jobs.report.model import ReportData
@@ -55,7 +56,7 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
         )
         offs = offs[(offs >= lower_s) & (offs <= upper_s)]
         to_lower, to_upper = offs - lower_s, upper_s - offs
-        out = {}
+        out: dict[str, Any] = {}
         for side, vals in (("lower", to_lower), ("upper", to_upper)):
             for p in (1, 50, 99):
                 out[f"to_{side}_p{p}"] = round(float(np.percentile(vals, p)), 1)

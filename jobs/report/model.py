@@ -21,11 +21,11 @@ one) and renders a malformed section as "Not available" with the error.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class _Part(BaseModel):

@@ -259,7 +259,7 @@ def plot_memory_vs_window(sweep: list[dict], deployed, recommended):
     if not panels:
         return None
     fig, axes = _figure(10, 3.3, 1, len(panels))
-    xof = {"size": lambda w: w[1] - w[0], "upper": lambda w: w[1]}
+    xof: dict[str, Callable[[tuple], float]] = {"size": lambda w: w[1] - w[0], "upper": lambda w: w[1]}
     for ax, (key, title, ylab, fmt, xkey) in zip(axes[0], panels):
         at: dict[float, float] = {}
         for p in pts:
@@ -270,7 +270,11 @@ def plot_memory_vs_window(sweep: list[dict], deployed, recommended):
             xs, [at[x] for x in xs], marker="o", ms=4, lw=1.8, color=VARIANT_COLORS["stream"], label="candidate windows"
         )
         vals = {(p["lo"], p["hi"]): p[key] for p in pts if p[key] is not None}
-        _mark_windows(ax, lambda w, x=xof[xkey], v=vals: (x(w), v[w]) if w in v else None, deployed, recommended)
+
+        def xy(w: tuple, x: Callable[[tuple], float] = xof[xkey], v: dict = vals) -> tuple | None:
+            return (x(w), v[w]) if w in v else None
+
+        _mark_windows(ax, xy, deployed, recommended)
         ax.set_title(title)
         ax.set_xlabel("window size (upper − lower)" if xkey == "size" else "window upper bound")
         ax.set_ylabel(ylab)
@@ -399,7 +403,7 @@ def plot_attribution(att: dict):
         return None
     causes = [c for c in CAUSES if any(c in r for r in by_hour)]
     causes += sorted({k for r in by_hour for k in r if k != "hour" and k not in CAUSES})
-    hours = [int(num(r["hour"])) for r in by_hour]
+    hours = [int(h) for r in by_hour if (h := num(r["hour"])) is not None]  # all kept: filtered above
     fig, axes = _figure(10, 3.6)
     ax = axes[0][0]
     bottom = [0.0] * len(by_hour)

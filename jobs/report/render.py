@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 
@@ -208,7 +208,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
         raise ValueError(f"report data needs {' and '.join(missing)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = _json_safe(data)
+    data = cast(dict, _json_safe(data))  # _json_safe keeps a dict a dict
     ds = str(data["ds"])
 
     def part(key: str) -> Any:
@@ -225,7 +225,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
 
     def plot(name: str, build: Callable[[], Any]) -> None:
         try:
-            with matplotlib.rc_context(plots.RC):
+            with matplotlib.rc_context(plots.RC):  # type: ignore[arg-type]  # stubs want Literal rc keys
                 fig = build()
                 if fig is not None:
                     embedded[name] = plots.save_png(fig, out_dir / f"{name}.png")

@@ -34,6 +34,10 @@ def rows_of(v: Any) -> list[dict]:
     return [r for r in v if isinstance(r, dict)] if isinstance(v, list) else []
 
 
+def dict_of(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
 def rate_of(row: dict) -> float | None:
     r = num(row.get("match_rate"))
     if r is None:
@@ -62,7 +66,7 @@ def match_rate_table(data: dict) -> dict | None:
 
 
 def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str | None) -> dict:
-    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    spec = dict_of(data.get("spec"))
     baseline = str(spec.get("baseline") or "batch_1d_windowed")
     tol = num(spec.get("tolerance_pp"))
     ds = str(data["ds"])
@@ -132,7 +136,7 @@ def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str |
     if new is None:
         return None
     new_label = rec.get("window") or fmt_window(*new)
-    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    deployed = dict_of(rec.get("deployed"))
     old_label = deployed.get("window") or spec.get("window")
     old = parse_window(old_label)
     if old is None:
@@ -163,7 +167,7 @@ def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str |
 
 
 def recommendation_model(rec: dict, spec: dict) -> dict:
-    deployed = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    deployed = dict_of(rec.get("deployed"))
     dep_window = deployed.get("window") or spec.get("window")
     new_window = rec.get("window") or fmt_window(rec.get("lower_s"), rec.get("upper_s"))
     rows = [
@@ -237,7 +241,7 @@ def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
     out = []
     for side in ("left", "right"):
         rows = rows_of(pt.get(side)) if isinstance(pt, dict) else []
-        adv = advice.get(side) if isinstance(advice, dict) and isinstance(advice.get(side), dict) else {}
+        adv = dict_of(advice.get(side)) if isinstance(advice, dict) else {}
         if not rows and not adv:
             continue
         delays = sorted(x for x in (num(r.get("pt_delay_ms")) for r in rows) if x is not None)
@@ -247,12 +251,14 @@ def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
         def q(vals: list[float], p: float) -> float | None:
             return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
 
+        delay_p50 = q(delays, 0.5)
+
         out.append(
             {
                 "side": side,
                 "color": SIDE_COLORS[side],
                 "delay_min": fmt_duration(delays[0] / 1000 if delays else None),
-                "delay_p50": fmt_duration(q(delays, 0.5) / 1000 if delays else None),
+                "delay_p50": fmt_duration(delay_p50 / 1000 if delay_p50 is not None else None),
                 "delay_max": fmt_duration(delays[-1] / 1000 if delays else None),
                 "windows_max": fmt_int(max(wins) if wins else None),
                 "accuracy_p50": fmt_pct(q(accs, 0.5)),
@@ -266,8 +272,8 @@ def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
 
 
 def attribution_model(att: dict) -> dict:
-    counts = att.get("counts") if isinstance(att.get("counts"), dict) else {}
-    samples = att.get("samples") if isinstance(att.get("samples"), dict) else {}
+    counts = dict_of(att.get("counts"))
+    samples = dict_of(att.get("samples"))
     causes = [c for c in CAUSES if c in counts or c in samples] + sorted((set(counts) | set(samples)) - set(CAUSES))
     misses = sum(num(counts.get(c)) or 0 for c in causes if c not in GAIN_CAUSES)
     rows = []
@@ -337,9 +343,9 @@ def sweep_rows(sweep: list[dict], deployed: tuple | None, recommended: tuple | N
 
 def windows_of(data: dict) -> tuple[tuple | None, tuple | None]:
     """(deployed, recommended) windows as (lower_s, upper_s)."""
-    spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
-    rec = data.get("recommendation") if isinstance(data.get("recommendation"), dict) else {}
-    dep = rec.get("deployed") if isinstance(rec.get("deployed"), dict) else {}
+    spec = dict_of(data.get("spec"))
+    rec = dict_of(data.get("recommendation"))
+    dep = dict_of(rec.get("deployed"))
     deployed = parse_window(dep.get("window")) or parse_window(spec.get("window"))
     recommended = None
     if num(rec.get("lower_s")) is not None and num(rec.get("upper_s")) is not None:
