@@ -43,6 +43,7 @@ from jobs.storage.hold import current_hold
 from jobs.storage.progress import (
     JOIN_QUERY,
     QUARANTINE_QUERY,
+    await_logged,
     end_offsets_read,
     ensure_recorder,
     read_progress,
@@ -268,10 +269,12 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     if held is not None:
         log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
         return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
+    tables = Tables.of(spec, s)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
     for q in queries:
         q.awaitTermination()
-    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+        await_logged(tables.progress_log(q.name), q)
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
     return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
 
 

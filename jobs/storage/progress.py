@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,23 @@ def last_progress(path: str) -> dict[str, Any] | None:
         with contextlib.suppress(ValueError):
             return json.loads(line)
     return None
+
+
+def await_logged(path: str, query: Any, timeout_s: float = 15) -> bool:
+    """Wait until the log at ``path`` holds ``query``'s last progress. The listener writes it
+    asynchronously, after the query may already have ended; whoever reads the log next (a
+    checkpoint validation, the next increment's lag) must see it. False on timeout."""
+    last = query.lastProgress
+    if not last:
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        logged = last_progress(path)
+        if logged and logged.get("runId") == last["runId"] and logged.get("batchId", -1) >= last["batchId"]:
+            return True
+        time.sleep(0.1)
+    log.warning("the progress of %s batch %s did not reach %s in %ss", query.name, last["batchId"], path, timeout_s)
+    return False
 
 
 def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
