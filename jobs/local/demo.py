@@ -51,9 +51,20 @@ def _reset(spec, s, bootstrap: str) -> None:
         shutil.rmtree(Path(s.path(part, spec.pipeline)), ignore_errors=True)
 
 
-def _quiet_logs() -> None:
-    for name in ("airflow", "sqlalchemy", "kafka", "py4j", "alembic"):
+def _quiet_logs(verbose: bool) -> None:
+    """The console shows the demo's progress and results; without -v, library warnings (Airflow's
+    deprecations, kafka-python's event-loop notes) go to the log file only. Airflow may reconfigure
+    logging when it runs a DAG, so this runs again before every DAG run."""
+    for name in ("airflow", "sqlalchemy", "py4j", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.ERROR)
+    if not verbose:
+        logging.captureWarnings(True)
+        to_file = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+        for name in ("py.warnings", "kafka"):
+            quiet = logging.getLogger(name)
+            quiet.propagate = False
+            quiet.handlers = list(to_file)
 
 
 def run_demo(
@@ -64,7 +75,7 @@ def run_demo(
     if not verbose:  # Airflow's per-task logs only with -v: the progress bars say what runs
         os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     env = apply_airflow_env()
-    _quiet_logs()
+    _quiet_logs(verbose)
     _ensure_airflow_db(env)
     from jobs import airflow_tasks
     from jobs.spec import load_spec, spec_path
@@ -93,7 +104,7 @@ def run_demo(
         _reset(spec, s, bootstrap_servers(s))
 
     with console.status("starting Spark and loading the DAGs"):
-        _quiet_logs()
+        _quiet_logs(verbose)
         from airflow.dag_processing.dagbag import DagBag
 
         from jobs.storage.spark import get_spark
@@ -103,7 +114,7 @@ def run_demo(
         if bag.import_errors:
             console.print(f"[red]DAG import errors:[/red] {bag.import_errors}")
             return 1
-        _quiet_logs()
+        _quiet_logs(verbose)
     conf = {"spec": spec_file}
 
     def run_dag(dag_id: str, logical: date | None, run_conf: dict, must_succeed: bool = True) -> bool:
