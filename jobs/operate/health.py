@@ -206,8 +206,9 @@ HEALTH_SCHEMA = (
 def load_health_table(spark, spec: JoinSpec, s: Settings | None = None) -> int:
     """Copy ``health.jsonl`` into the Delta table ``stream_health`` (MERGE on ``sampled_at``:
     re-loading replaces samples, never duplicates). Returns the number of samples loaded."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
+
+    from jobs.storage import delta_io  # Spark-free at import: the supervisor runs without a JVM
 
     p = health_log(spec, s)
     rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
@@ -219,18 +220,7 @@ def load_health_table(spark, spec: JoinSpec, s: Settings | None = None) -> int:
         .dropDuplicates(["sampled_at"])
         .withColumn("sampled_ts", F.to_timestamp("sampled_at"))
     )
-    path = Tables.of(spec, s)._t("stream_health")
-    if not DeltaTable.isDeltaTable(spark, path):
-        df.write.format("delta").mode("append").save(path)
-    else:
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(df.alias("s"), "t.sampled_at = s.sampled_at")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    delta_io.upsert(df, Tables.of(spec, s)._t("stream_health"), ["sampled_at"])
     return len(rows)
 
 
@@ -282,7 +272,7 @@ def load_progress_table(spark, spec: JoinSpec, s: Settings | None = None) -> int
     a crash has its own run id, so both attempts are kept). The stream process appends the log
     as each batch ends (a Delta commit per batch from the listener would double the batch's
     fixed cost); the supervise DAG loads it. Returns the number of batches loaded."""
-    from delta.tables import DeltaTable
+    from jobs.storage import delta_io  # Spark-free at import: the supervisor runs without a JVM
 
     p = Path(Tables.of(spec, s).progress_log(JOIN_QUERY))
     rows = []
@@ -296,15 +286,6 @@ def load_progress_table(spark, spec: JoinSpec, s: Settings | None = None) -> int
     df = spark.createDataFrame([tuple(r[c] for c in cols) for r in rows], PROGRESS_SCHEMA).dropDuplicates(
         ["run_id", "batch_id"]
     )
-    path = Tables.of(spec, s).stream_progress
-    if not DeltaTable.isDeltaTable(spark, path):
-        df.write.format("delta").mode("append").save(path)
-    else:
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(df.alias("s"), "t.run_id = s.run_id AND t.batch_id = s.batch_id")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    # a batch re-run after a crash has its own run id: both attempts are kept
+    delta_io.insert_new(df, Tables.of(spec, s).stream_progress, ["run_id", "batch_id"], partition_by=(), prune=())
     return len(rows)

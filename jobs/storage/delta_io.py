@@ -132,5 +132,23 @@ def insert_new(
     (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), cond).whenNotMatchedInsertAll().execute())
 
 
+def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:
+    """Replace the rows of the (unpartitioned) table whose ``keys`` match a row of ``df``, insert
+    the others; creates the table on first use."""
+    spark = df.sparkSession
+    if not table_exists(spark, path):
+        df.write.format("delta").mode("append").save(path)
+        return
+    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(df.alias("s"), cond)
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
 def count_by(df: DataFrame, *cols: str) -> dict[tuple, int]:
     return {tuple(r[c] for c in cols): r["n"] for r in df.groupBy(*cols).agg(F.count("*").alias("n")).collect()}
