@@ -9,8 +9,7 @@ with everything it owns under ``<kafka_home>``:
 * ``data/``              the log (and KRaft metadata) directory, formatted once
 * ``state.json``         pid, ports, bootstrap and cluster id, so later commands (other
                          Python processes, :func:`jobs.storage.kafka.bootstrap_servers`) find
-                         the broker and reuse the same ports (read from ``broker.json`` once if
-                         an older version left one)
+                         the broker and reuse the same ports
 * ``log4j2.properties``  sends the broker's logs to ``<log_dir>/kafka.log``
 
 If ``Settings.kafka_bootstrap`` is set, none of this is used: :func:`jobs.storage.kafka.bootstrap_servers`
@@ -71,8 +70,6 @@ class EmbeddedKafka:
         self.data_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
         self.state_file = self.home / "state.json"
-        #: Where versions before the storage wing kept the state; read once, then renamed.
-        self.legacy_state_file = self.home / "broker.json"
         self.log4j_file = self.home / "log4j2.properties"
         self.log_dir = Path(self.settings.log_dir)
         self.log_file = self.log_dir / "kafka.log"
@@ -84,9 +81,6 @@ class EmbeddedKafka:
     # -- state on disk ---------------------------------------------------------------
 
     def _read_state(self) -> dict[str, Any]:
-        if not self.state_file.exists() and self.legacy_state_file.exists():
-            with contextlib.suppress(FileNotFoundError):
-                self.legacy_state_file.replace(self.state_file)
         try:
             return json.loads(self.state_file.read_text())
         except FileNotFoundError:
