@@ -8,50 +8,21 @@ records its watermark dropped, and those drops must match Spark's own count.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import timedelta
 
 import pandas as pd
 import pytest
-import yaml
+from demo_pipeline import ARRIVAL_DAYS, DAYS
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
-DAYS = [date(2026, 11, 19), date(2026, 11, 20)]
-ARRIVAL_DAYS = [*DAYS, date(2026, 11, 21)]
-WORKLOAD = {"seed": 7, "start_date": "2026-11-19", "days": 2, "left_events_per_day": 1500}
-SLICE_MINUTES = 120  # coarse: each micro-batch costs ~2 s on 2 cores
-
-
-def _utc(d: date) -> datetime:
-    return datetime.combine(d, datetime.min.time(), UTC)
-
 
 @pytest.fixture(scope="module")
-def pipeline(spark, kafka, dagbag, demo_spec, test_settings, test_root):
-    """Run the DAGs once for the module; yield what the tests need."""
-    from jobs.spec import DEFAULT_SPEC
-    from jobs.workload.generator import generate
-    from jobs.workload.params import parse_workload
-
-    workload_file = test_root / "workload.yaml"
-    workload_file.write_text(yaml.safe_dump(WORKLOAD))
-    wl = generate(parse_workload(WORKLOAD), demo_spec)
-    conf = {"spec": DEFAULT_SPEC}
-
-    def run(dag_id, logical, run_conf):
-        dr = dagbag.get_dag(dag_id).test(logical_date=_utc(logical) if logical else None, run_conf=run_conf)
-        assert "success" in str(dr.state).lower(), f"{dag_id} {logical}: {dr.state}"
-
-    run("joinshift_simulate", None, {**conf, "workload": str(workload_file), "slice_minutes": SLICE_MINUTES})
-    for ds in ARRIVAL_DAYS:
-        run("joinshift_daily", ds, conf)
-    for ds in DAYS:
-        run("joinshift_compare", ds, conf)
-    run("joinshift_report", DAYS[-1], conf)
-    return wl
+def pipeline(demo_pipeline):
+    return demo_pipeline.workload
 
 
 def _read(spark, path):
