@@ -209,11 +209,23 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--stall-after",
         type=float,
-        default=120,
-        help="seconds without a micro-batch while records wait before a restart (default 120)",
+        help="seconds without a micro-batch while records wait before a restart (default: the spec's "
+        "health.max_batch_age)",
     )
     sv.add_argument("--trigger-interval", help="the stream's micro-batch interval, e.g. 30s (default: spec)")
     sv.add_argument("--stop", action="store_true", help="stop the supervised process and exit")
+    he = with_spec(
+        cmd(
+            "health",
+            commands.cmd_health,
+            "stream health now: lag, state, last micro-batch, restarts, watermark vs PT, late drops, "
+            "against the spec's health thresholds (exit 1 on a warning)",
+        )
+    )
+    he.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    he.add_argument(
+        "--kafka-timeout", type=float, default=5, help="seconds to wait for Kafka before using the health log"
+    )
     rb = with_spec(cmd("runbook", commands.cmd_runbook, "print a runbook filled with this pipeline's values"))
     rb.add_argument(
         "name",

@@ -364,6 +364,17 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     return 1 if report.gave_up else 0
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    """Exit 1 when a value is beyond its threshold (a warning); unknown values do not fail."""
+    from jobs.operate.stream_health import snapshot
+    from jobs.report.health_view import render_health
+
+    spec = _load_spec(args.spec)
+    h = snapshot(spec, kafka_timeout_s=args.kafka_timeout)
+    print(json.dumps(h.as_dict(), indent=2, default=str) if args.json else render_health(h))
+    return 1 if h.status == "warn" else 0
+
+
 def cmd_runbook(args: argparse.Namespace) -> int:
     from jobs.operate import runbooks
 

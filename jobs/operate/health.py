@@ -4,9 +4,9 @@ tables ``stream_health`` and ``stream_progress`` loaded from the samples and the
 Backlog (§6.4): a join is only *behind* when BOTH inputs are behind: a lagging left stream alone
 just means the right side is the slower one, and the window state absorbs it. So the alarm needs,
 for each stream, lag in records > 0 (progress ``endOffset`` vs Kafka end offsets) AND the oldest
-unread record older than ``backlog_threshold_s``. The oldest unread record's age is its Kafka
-timestamp (``publish`` sets it to the arrival time); if nothing can be fetched in time the age is
-unknown (``None``), which never raises the alarm.
+unread record older than ``backlog_threshold_s`` (the spec's ``health.max_lag_time``). The oldest
+unread record's age is its Kafka timestamp (``publish`` sets it to the arrival time); if nothing
+can be fetched in time the age is unknown (``None``), which never raises the alarm.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ def health(
     s: Settings | None = None,
     *,
     now: float | None = None,
-    stall_after_s: float = 120,
-    backlog_threshold_s: float = 600,
+    stall_after_s: float | None = None,
+    backlog_threshold_s: float | None = None,
     process: StreamProcess | None = None,
     bootstrap: str | None = None,
 ) -> Health:
@@ -117,8 +117,14 @@ def health(
     * ``backlogged``: both streams lag AND both oldest unread records are older than
       ``backlog_threshold_s`` (§6.4);
     * ``running``: otherwise.
+
+    The two thresholds default to the spec's ``health.max_batch_age`` and ``health.max_lag_time``.
     """
     s = s or settings()
+    if stall_after_s is None:
+        stall_after_s = spec.health.max_batch_age.total_seconds()
+    if backlog_threshold_s is None:
+        backlog_threshold_s = spec.health.max_lag_time.total_seconds()
     now = time.time() if now is None else now
     if process is None:
         process = StreamProcess.__new__(StreamProcess)
@@ -182,6 +188,19 @@ def health(
 
 def health_log(spec: JoinSpec, s: Settings | None = None) -> Path:
     return supervisor_dir(spec, s) / "health.jsonl"
+
+
+def restart_log(spec: JoinSpec, s: Settings | None = None) -> Path:
+    """One JSON line per restart of the stream process: ``{at, reason, backoff_s, pid}``."""
+    return supervisor_dir(spec, s) / "restarts.jsonl"
+
+
+def record_restart(spec: JoinSpec, s: Settings | None, entry: dict[str, Any]) -> None:
+    """Append a restart to :func:`restart_log` (what "restarts in 24 h" counts)."""
+    p = restart_log(spec, s)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def write_health(spark_or_none, spec: JoinSpec, s: Settings | None, h: Health) -> None:

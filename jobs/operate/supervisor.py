@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.operate.health import health, iso, write_health
+from jobs.operate.health import health, iso, record_restart, write_health
 from jobs.operate.process import StreamProcess
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
@@ -75,8 +75,8 @@ class Supervisor:
         s: Settings | None = None,
         *,
         spec_path: str | Path,
-        stall_after_s: float = 120,
-        backlog_threshold_s: float = 600,
+        stall_after_s: float | None = None,
+        backlog_threshold_s: float | None = None,
         max_restarts: int = 10,
         backoff_s: Sequence[float] = (1, 2, 4, 8, 16, 32, 60),
         trigger_interval: str | None = None,
@@ -89,7 +89,11 @@ class Supervisor:
         memory: dict[str, Any] | None = None,
     ):
         self.spec, self.s = spec, s or settings()
-        self.stall_after_s, self.backlog_threshold_s = stall_after_s, backlog_threshold_s
+        # the spec's health thresholds unless a caller overrides them (one threshold per rule)
+        self.stall_after_s = stall_after_s if stall_after_s is not None else spec.health.max_batch_age.total_seconds()
+        self.backlog_threshold_s = (
+            backlog_threshold_s if backlog_threshold_s is not None else spec.health.max_lag_time.total_seconds()
+        )
         self.max_restarts, self.backoff_s = max_restarts, tuple(backoff_s)
         self.alert = on_alert or (lambda kind, msg: None)
         self.stop, self.bootstrap, self.on_restart = stop, bootstrap, on_restart
@@ -115,15 +119,18 @@ class Supervisor:
         time.sleep(seconds)
         return True
 
+    def _restarted(self, entry: dict[str, Any]) -> None:
+        """A (re)start: in this supervision's report and in the pipeline's restart log."""
+        self.report.restarts.append(entry)
+        record_restart(self.spec, self.s, entry)
+
     def ensure_started(self) -> None:
         """Adopt the running process (pid file) or start it, unless the pipeline is held."""
         held = current_hold(self.spec, self.s)
         self.was_held = self.was_held or held is not None
         if not self.proc.alive() and not self.proc.find() and held is None:
             self.proc.start()
-            self.report.restarts.append(
-                {"at": iso(_now()), "reason": "not running", "backoff_s": 0, "pid": self.proc.pid}
-            )
+            self._restarted({"at": iso(_now()), "reason": "not running", "backoff_s": 0, "pid": self.proc.pid})
         self.report.pid = self.proc.pid
 
     def check(self) -> bool:
@@ -147,7 +154,7 @@ class Supervisor:
             self.was_held = False
             if not proc.alive() and not proc.find():
                 proc.start()
-                report.restarts.append({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0, "pid": proc.pid})
+                self._restarted({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0, "pid": proc.pid})
         h = health(
             spec,
             s,
@@ -190,7 +197,7 @@ class Supervisor:
         proc.start()
         self.in_a_row, self.batch_at_restart = self.in_a_row + 1, h.last_batch_id
         entry = {"at": iso(_now()), "reason": reason, "backoff_s": wait, "pid": proc.pid}
-        report.restarts.append(entry)
+        self._restarted(entry)
         report.pid = proc.pid
         if self.on_restart:
             self.on_restart(entry)

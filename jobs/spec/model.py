@@ -187,6 +187,46 @@ class StreamingOptions(_Strict):
     shuffle_partitions: int = Field(default=2, gt=0, description="state partitions; fixed once a checkpoint exists")
 
 
+class HealthSpec(_Strict):
+    """Thresholds of the stream's health (``joinshift health``, the UI's "Stream health", the
+    supervisor's stall and backlog rules): one threshold per rule; a value beyond it is a warning."""
+
+    max_lag_records: int = Field(default=10_000, ge=0, description="records per stream not read yet")
+    max_lag_time: Duration = Field(
+        default=timedelta(minutes=10),
+        description="age of a stream's oldest unread record (backlog when both exceed it)",
+    )
+    max_batch_age: Duration = Field(
+        default=timedelta(minutes=2), description="no micro-batch for this long while records wait: stalled (restart)"
+    )
+    max_restarts_per_day: int = Field(default=3, ge=0, description="restarts of the stream process in 24 h")
+    max_late_drop_rate: float = Field(
+        default=0.01, ge=0, le=1, description="share of input rows the watermark dropped over late_drop_window"
+    )
+    late_drop_window: Duration = Field(
+        default=timedelta(hours=1), description="the micro-batches of this long before the last one"
+    )
+    max_state_rows: int = Field(default=5_000_000, ge=0, description="rows in the stream's state stores")
+    max_state_bytes: int = Field(default=1_000_000_000, ge=0, description="memory of the stream's state stores, bytes")
+    min_pt_margin: Duration = Field(
+        default=timedelta(0), description="how far each stream's PT must be ahead of the join's watermark"
+    )
+
+    @field_validator("max_lag_time", "max_batch_age", "late_drop_window", "min_pt_margin")
+    @classmethod
+    def _non_negative(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() < 0:
+            raise ValueError("must be zero or positive")
+        return v
+
+    @field_validator("max_batch_age", "late_drop_window")
+    @classmethod
+    def _positive(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive, e.g. 2m")
+        return v
+
+
 class JoinSpec(_Strict):
     """A streaming join and its batch baselines, in one object."""
 
@@ -201,6 +241,7 @@ class JoinSpec(_Strict):
     unknown_fields: UnknownFields = UnknownFields.quarantine
     accuracy: AccuracySpec = AccuracySpec()
     streaming: StreamingOptions = StreamingOptions()
+    health: HealthSpec = HealthSpec()
 
     @field_validator("pipeline")
     @classmethod

@@ -320,6 +320,12 @@ RULES: list[tuple[str, str, str]] = [
         REPORT_ONLY,
         "{field} is read by compare, gates and recommendation only; the streaming job does not use it.",
     ),
+    (
+        "health.*",
+        REPORT_ONLY,
+        "{field} is a health threshold (`joinshift health`, the UI, the supervisor); the streaming job does not "
+        "use it.",
+    ),
 ]
 
 _UNKNOWN = (

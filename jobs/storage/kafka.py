@@ -155,6 +155,39 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
     return out
 
 
+def read_ranges(
+    bootstrap: str, ranges: dict[str, dict[int, tuple[int, int]]], *, max_records: int, timeout_s: float = 5
+) -> dict[str, list[tuple[int, int, bytes]]]:
+    """``(partition, offset, value)`` of the records in ``{topic: {partition: (start, end)}}``
+    (end exclusive), per topic: one consumer, at most ``max_records`` in all and ``timeout_s``
+    of fetching (what could not be read in time is left out)."""
+    import time
+
+    from kafka import TopicPartition
+
+    todo = {TopicPartition(t, p): se for t, parts in ranges.items() for p, se in parts.items() if se[1] > se[0]}
+    out: dict[str, list[tuple[int, int, bytes]]] = {t: [] for t in ranges}
+    if not todo:
+        return out
+    n = 0
+    with consumer(bootstrap, timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000)) as c:
+        c.assign(list(todo))
+        for tp, (start, _) in todo.items():
+            c.seek(tp, start)
+        deadline = time.time() + timeout_s
+        while todo and n < max_records and time.time() < deadline:
+            for tp, recs in c.poll(timeout_ms=500, max_records=min(500, max_records - n)).items():
+                end = todo.get(tp, (0, 0))[1]
+                for r in recs:
+                    if r.offset < end and n < max_records:
+                        out[tp.topic].append((tp.partition, r.offset, r.value))
+                        n += 1
+                if recs and recs[-1].offset >= end - 1:
+                    todo.pop(tp, None)
+                    c.pause(tp)
+    return out
+
+
 class RetentionGap(RuntimeError):
     """Kafka no longer holds the records a replay needs."""
 

@@ -87,6 +87,26 @@ def last_progress(path: str) -> dict[str, Any] | None:
     return None
 
 
+def recent_progress(path: str, n: int, tail_bytes: int = 4_000_000) -> list[dict[str, Any]]:
+    """The last ``n`` complete lines of a progress log, oldest first (reads at most the file's
+    last ``tail_bytes``: a page or a health check must not read a week of batches)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    with open(p, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - tail_bytes))
+        lines = f.read().splitlines()
+    out: list[dict[str, Any]] = []
+    for line in reversed(lines):
+        if len(out) >= n:
+            break
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out[::-1]
+
+
 def await_logged(path: str, query: Any, timeout_s: float = 15) -> bool:
     """Wait until the log at ``path`` holds ``query``'s last progress. The listener writes it
     asynchronously, after the query may already have ended; whoever reads the log next (a

@@ -1,0 +1,377 @@
+"""Stream health at a glance: one snapshot per pipeline of the values an operator watches, each
+beside its threshold from the spec's ``health`` section and an ``ok`` / ``warn`` / ``unknown``
+status. ``joinshift health`` prints it; the Airflow UI page shows it per pipeline.
+
+Per stream (left, right):
+
+* **lag in records**: Kafka end offsets minus the offsets the last micro-batch read up to;
+* **lag in time**: the age of the oldest record not read yet (its Kafka timestamp, which
+  ``publish`` sets to the arrival time); 0 when nothing waits;
+* **PT margin**: the stream's processing time (paper §5.3, :class:`PTEstimator`: a low percentile
+  of recent event times) minus the join's event-time watermark. Negative: records at the
+  stream's PT are already behind the watermark, so the join drops them as late. PT is estimated
+  from the event times of the records the latest micro-batches read, fetched back from Kafka
+  by the offset ranges in the progress log (at most ``pt_max_records``; the first records of
+  each range when there are more, which errs towards a lower, more cautious PT).
+
+For the query: **state rows and bytes** (every state operator of the last micro-batch: the join's
+window state and the event-id de-duplication), **last micro-batch age** (a warning only while
+records wait, or may wait: an idle query that has read everything logs no progress), **restarts
+in 24 h** (the supervisor's restart log), **late-drop rate** (rows dropped by the watermark over
+input rows, over the micro-batches of ``late_drop_window`` before the last one: a stopped
+stream still shows its last hour).
+
+Kafka is asked with a short timeout. When it cannot be reached (the UI's process may have no
+route to the broker), lag is what the supervisor's health log last recorded, with that sample's
+time, and the snapshot says so; PT is then unknown. :func:`assess` is the pure core (progress
+lines, samples and restart times in, snapshot out); :func:`snapshot` gathers its inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from jobs.accuracy.pt_estimator import PTEstimator
+from jobs.operate.health import health_log, kafka_lag, restart_log
+from jobs.settings import Settings
+from jobs.spec import JoinSpec
+from jobs.storage import kafka
+from jobs.storage.progress import JOIN_QUERY, recent_progress
+from jobs.storage.tables import Tables
+
+log = logging.getLogger("joinshift.health")
+
+SIDES = ("left", "right")
+DAY_S = 86_400
+#: Progress lines read (the tail of the log): enough for an hour of one-minute triggers.
+PROGRESS_LINES = 500
+#: Micro-batches whose records feed the PT estimate.
+PT_BATCHES = 16
+
+
+@dataclass
+class Check:
+    """One value beside its threshold. ``kind`` says how to show both (count, bytes, duration
+    in seconds, rate as a share); ``rule`` whether the value must stay at most (``max``) or at
+    least (``min``) the threshold."""
+
+    name: str
+    stream: str | None
+    value: float | None
+    threshold: float
+    kind: str
+    rule: str = "max"
+    status: str = "unknown"
+    note: str = ""
+
+
+@dataclass
+class StreamHealth:
+    pipeline: str
+    taken_at: float
+    status: str = "unknown"
+    last_batch_id: int | None = None
+    last_batch_at: float | None = None
+    watermark: str | None = None
+    pt: dict[str, str | None] = field(default_factory=dict)
+    lag_source: str = "none"  # kafka | health log | none
+    lag_sampled_at: float | None = None
+    notes: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+
+    def check(self, name: str, stream: str | None = None) -> Check:
+        return next(c for c in self.checks if c.name == name and c.stream == stream)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _ts(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    return None
+
+
+def batch_end(p: dict[str, Any]) -> float | None:
+    """When a micro-batch ended (its start plus its trigger execution), epoch seconds."""
+    start = _ts(p.get("timestamp"))
+    dur = (p.get("durationMs") or {}).get("triggerExecution") or p.get("batchDuration") or 0
+    return None if start is None else start + float(dur) / 1000
+
+
+def _ops(p: dict[str, Any]) -> list[dict[str, Any]]:
+    return [o for o in p.get("stateOperators") or [] if isinstance(o, dict)]
+
+
+def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, int, int]:
+    """(rows dropped by the watermark, input rows, micro-batches) over the batches that ended
+    within ``window_s`` before the last one."""
+    ends = [batch_end(p) for p in progress]
+    known = [e for e in ends if e is not None]
+    if not known:
+        return 0, 0, 0
+    since = max(known) - window_s
+    dropped = rows = n = 0
+    for p, end in zip(progress, ends):
+        if end is None or end < since:
+            continue
+        n += 1
+        rows += int(p.get("numInputRows") or 0)
+        dropped += sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in _ops(p))
+    return dropped, rows, n
+
+
+def restarts_within(times: list[float], now: float, window_s: float = DAY_S) -> int:
+    return sum(1 for t in times if now - window_s <= t <= now)
+
+
+def lag_from_sample(sample: dict[str, Any]) -> tuple[dict[str, int | None], dict[str, float | None], float | None]:
+    """Lag and oldest-unread age per stream, and when, from one health-log sample."""
+    lag = {x: sample.get(f"lag_{x}") for x in SIDES}
+    age = {x: sample.get(f"oldest_unread_age_{x}_s") for x in SIDES}
+    return lag, age, _ts(sample.get("sampled_at"))
+
+
+def pt_per_stream(event_ms: dict[str, list[np.ndarray]]) -> dict[str, float | None]:
+    """Each stream's PT (epoch ms) from its micro-batches' event times, oldest batch first."""
+    out: dict[str, float | None] = {}
+    for side, batches in event_ms.items():
+        est = PTEstimator()
+        for b in batches:
+            est.update(b)
+        out[side] = est.pt
+    return out
+
+
+def _status(value: float | None, threshold: float, rule: str) -> str:
+    if value is None:
+        return "unknown"
+    ok = value <= threshold if rule == "max" else value >= threshold
+    return "ok" if ok else "warn"
+
+
+# --------------------------------------------------------------------------------------------
+# The pure core
+# --------------------------------------------------------------------------------------------
+
+
+def assess(
+    spec: JoinSpec,
+    progress: list[dict[str, Any]],
+    *,
+    now: float,
+    lag: dict[str, int | None] | None = None,
+    lag_age: dict[str, float | None] | None = None,
+    lag_source: str = "none",
+    lag_sampled_at: float | None = None,
+    restarts: list[float] = (),  # type: ignore[assignment]
+    pt_ms: dict[str, float | None] | None = None,
+    notes: list[str] | None = None,
+) -> StreamHealth:
+    """The snapshot from the join's progress lines (oldest first), the lag per stream (records
+    and oldest-unread age, s) and where it came from, the restart times and each stream's PT."""
+    t = spec.health
+    h = StreamHealth(spec.pipeline, now, lag_source=lag_source, lag_sampled_at=lag_sampled_at, notes=list(notes or []))
+    lag, lag_age, pt_ms = lag or {}, lag_age or {}, pt_ms or {}
+    last = progress[-1] if progress else None
+    if last is None:
+        h.notes.append("no micro-batch logged yet")
+    else:
+        h.last_batch_id = last.get("batchId")
+        h.last_batch_at = batch_end(last)
+        h.watermark = (last.get("eventTime") or {}).get("watermark")
+    wm_ms = (_ts(h.watermark) or 0) * 1000 if h.watermark else None
+    h.pt = {x: _iso_ms(pt_ms.get(x)) for x in SIDES}
+
+    def add(name: str, stream: str | None, value: float | None, threshold: float, kind: str, **kw: Any) -> Check:
+        c = Check(name, stream, value, float(threshold), kind, **kw)
+        c.status = _status(value, c.threshold, c.rule)
+        h.checks.append(c)
+        return c
+
+    for x in SIDES:
+        n = lag.get(x)
+        add("lag_records", x, n, t.max_lag_records, "count")
+        age = 0.0 if n == 0 else lag_age.get(x)
+        add("lag_time", x, age, t.max_lag_time.total_seconds(), "duration")
+    ops = _ops(last) if last else []
+    rows = sum(int(o.get("numRowsTotal") or 0) for o in ops) if last else None
+    mem = sum(int(o.get("memoryUsedBytes") or 0) for o in ops) if last else None
+    add("state_rows", None, rows, t.max_state_rows, "count")
+    add("state_bytes", None, mem, t.max_state_bytes, "bytes")
+
+    age_s = None if h.last_batch_at is None else max(0.0, now - h.last_batch_at)
+    c = add("batch_age", None, age_s, t.max_batch_age.total_seconds(), "duration")
+    if c.status == "warn" and lag and all(lag.get(x) == 0 for x in SIDES):
+        c.status, c.note = "ok", "idle: everything is read"  # Spark logs no progress when idle
+    elif c.status == "warn":
+        c.note = "records wait" if any((lag.get(x) or 0) > 0 for x in SIDES) else "lag unknown"
+
+    add("restarts_24h", None, restarts_within(list(restarts), now), t.max_restarts_per_day, "count")
+
+    dropped, inputs, batches = late_drops(progress, t.late_drop_window.total_seconds())
+    c = add("late_drop_rate", None, dropped / inputs if inputs else None, t.max_late_drop_rate, "rate")
+    if batches:
+        c.note = f"{dropped} of {inputs} rows in {batches} micro-batches"
+    elif last is not None:
+        c.note = "no micro-batch in the window"
+
+    for x in SIDES:
+        pt = pt_ms.get(x)
+        margin = (pt - wm_ms) / 1000 if pt is not None and wm_ms is not None else None
+        c = add("pt_margin", x, margin, t.min_pt_margin.total_seconds(), "duration", rule="min")
+        if margin is None:
+            c.note = "no watermark yet" if wm_ms is None else "PT unknown"
+
+    statuses = {c.status for c in h.checks}
+    h.status = "warn" if "warn" in statuses else "ok" if statuses == {"ok"} else "unknown"
+    return h
+
+
+def _iso_ms(ms: float | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------------------------
+# The I/O shell
+# --------------------------------------------------------------------------------------------
+
+
+def _offsets(value: Any) -> dict[str, dict[int, int]]:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    if not isinstance(value, dict):
+        return {}
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in value.items() if isinstance(parts, dict)}
+
+
+def batch_ranges(progress: list[dict[str, Any]], topic: str) -> list[dict[int, tuple[int, int]]]:
+    """Per micro-batch (oldest first), ``{partition: (start, end)}`` it read of ``topic``."""
+    out = []
+    for p in progress:
+        r: dict[int, tuple[int, int]] = {}
+        for src in p.get("sources", []):
+            start, end = _offsets(src.get("startOffset")).get(topic, {}), _offsets(src.get("endOffset")).get(topic, {})
+            for part, e in end.items():
+                if part in start and e > start[part]:
+                    r[part] = (start[part], e)
+        out.append(r)
+    return out
+
+
+def _event_times(spec: JoinSpec, progress: list[dict[str, Any]], bootstrap: str, *, max_records: int, timeout_s: float):
+    """Per stream, the event times (ms) of the records each of the latest micro-batches read."""
+    out: dict[str, list[np.ndarray]] = {}
+    recent = progress[-PT_BATCHES:]
+    for x in SIDES:
+        st = spec.side(x)
+        per_batch = batch_ranges(recent, st.topic)
+        span: dict[int, tuple[int, int]] = {}
+        for r in per_batch:
+            for part, (s0, e0) in r.items():
+                lo, hi = span.get(part, (s0, e0))
+                span[part] = (min(lo, s0), max(hi, e0))
+        got = kafka.read_ranges(bootstrap, {st.topic: span}, max_records=max_records, timeout_s=timeout_s)[st.topic]
+        by_pos: dict[tuple[int, int], Any] = {}
+        for part, off, value in got:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                by_pos[(part, off)] = json.loads(value).get(st.event_time)
+        batches = []
+        for r in per_batch:
+            raw = [by_pos[(p, o)] for p, (s0, e0) in r.items() for o in range(s0, e0) if (p, o) in by_pos]
+            ts = pd.to_datetime(pd.Series(raw, dtype="object"), utc=True, errors="coerce", format="ISO8601")
+            ms = ts.dropna().astype("int64").to_numpy() // 1_000_000
+            if ms.size:
+                batches.append(ms.astype(np.float64))
+        out[x] = batches
+    return out
+
+
+def read_restarts(spec: JoinSpec, s: Settings | None = None) -> list[float]:
+    """Restart times (epoch s) the supervisor logged."""
+    p = restart_log(spec, s)
+    out = []
+    if p.exists():
+        for line in p.read_text().splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                t = _ts(json.loads(line).get("at"))
+                if t is not None:
+                    out.append(t)
+    return out
+
+
+def last_sample(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | None:
+    """The health log's last sample with a lag (the supervisor's last look at Kafka)."""
+    p = health_log(spec, s)
+    if not p.exists():
+        return None
+    for line in reversed(p.read_text().splitlines()[-200:]):
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and (rec.get("lag_left") is not None or rec.get("lag_right") is not None):
+                return rec
+    return None
+
+
+def snapshot(
+    spec: JoinSpec,
+    s: Settings | None = None,
+    *,
+    now: float | None = None,
+    bootstrap: str | None = None,
+    kafka_timeout_s: float = 2.0,
+    pt_max_records: int = 20_000,
+) -> StreamHealth:
+    """The pipeline's stream health now: progress log, Kafka (short timeouts), the supervisor's
+    health and restart logs. Never raises for a missing file or an unreachable broker."""
+    now = time.time() if now is None else now
+    progress = recent_progress(Tables.of(spec, s).progress_log(JOIN_QUERY), PROGRESS_LINES)
+    notes: list[str] = []
+    lag = age = pt = None
+    source, sampled = "none", None
+    try:
+        bootstrap = bootstrap or kafka.bootstrap_servers(s)
+        if progress:
+            lag, age = kafka_lag(spec, progress[-1], bootstrap, now=now, timeout_s=kafka_timeout_s)
+            source, sampled = "kafka", now
+            times = _event_times(spec, progress, bootstrap, max_records=pt_max_records, timeout_s=kafka_timeout_s)
+            pt = pt_per_stream(times)
+    except Exception as e:  # no route to the broker from here: the supervisor's last look
+        log.info("stream health of %s without Kafka: %s", spec.pipeline, e)
+        sample = last_sample(spec, s)
+        if sample is not None:
+            lag, age, sampled = lag_from_sample(sample)
+            source = "health log"
+            notes.append(f"Kafka not reachable from here ({type(e).__name__}): lag as the supervisor last recorded it")
+        else:
+            notes.append(f"Kafka not reachable from here ({type(e).__name__}) and no health sample: lag unknown")
+        notes.append("PT unknown without Kafka (it is estimated from the records' event times)")
+    return assess(
+        spec,
+        progress,
+        now=now,
+        lag=lag,
+        lag_age=age,
+        lag_source=source,
+        lag_sampled_at=sampled,
+        restarts=read_restarts(spec, s),
+        pt_ms=pt,
+        notes=notes,
+    )
