@@ -8,6 +8,10 @@ An Airflow 3 plugin (``AirflowPlugin``, Airflow >= 3.1):
     the newest day's match rates and their trend, the stream-vs-baseline verdict, the window
     recommendation against the deployed window, the data quality gates, links to the daily
     reports and to the runbooks;
+  - a "Stream health" block per pipeline whose spec is in ``include/specs/``: the live snapshot
+    of :mod:`jobs.operate.stream_health` (lag, state, last micro-batch, restarts, watermark vs
+    PT, late drops) against the spec's ``health`` thresholds; Kafka is asked with short
+    timeouts, and without it the lag the supervisor's health log last recorded is shown;
   - ``GET /joinshift/reports/<pipeline>/<ds>/report.html`` (and ``report.json``, the plot PNGs,
     ``<pipeline>/index.html``, ``latest.json``): the files ``jobs.report.publish_report``
     wrote, served read-only from the reports root; anything resolving outside it (``..``,
@@ -398,6 +402,7 @@ def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
 def _pipeline(pdir: Path, report_mod: Any) -> dict:
     name = pdir.name
     p: dict[str, Any] = {"name": name, "error": None, "days": [], "n_reports": 0}
+    p["health"] = stream_health(name)
     days = sorted(
         (d.name for d in pdir.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / "report.json").is_file()),
         reverse=True,
@@ -451,6 +456,56 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
         if s is not None and b is not None:
             p["diff_class"] = "good" if 100 * (s - b) >= -tol - 1e-9 else "bad"
     return p
+
+
+# --------------------------------------------------------------------------------------------
+# Stream health (jobs.operate.stream_health): the live snapshot of a pipeline's stream
+# --------------------------------------------------------------------------------------------
+
+#: Kafka timeout per call of a health snapshot, and the most a page waits for one in all.
+HEALTH_KAFKA_TIMEOUT_S = 3.0
+HEALTH_WAIT_S = 12.0
+_HEALTH_POOL = None
+
+
+def spec_for(pipeline: str) -> Any:
+    """The join spec of ``pipeline`` among the project's specs (``include/specs/*.yaml``), or None."""
+    from jobs.spec import load_spec
+
+    for f in sorted((_project_root() / "include" / "specs").glob("*.y*ml")):
+        try:
+            spec = load_spec(f)
+        except Exception:  # a broken spec file is its owner's problem, not this page's
+            continue
+        if spec.pipeline == pipeline:
+            return spec
+    return None
+
+
+def stream_health(pipeline: str) -> dict | None:
+    """The "Stream health" block's values (``jobs.report.health_view``), or a dict with only
+    ``error``; None when no spec of the project names this pipeline. Kafka is asked with short
+    timeouts, and the page waits at most ``HEALTH_WAIT_S`` for the whole snapshot."""
+    global _HEALTH_POOL
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Timeout
+
+    try:
+        from jobs.operate.stream_health import snapshot
+        from jobs.report.health_view import health_view
+
+        spec = spec_for(pipeline)
+        if spec is None:
+            return None
+        if _HEALTH_POOL is None:
+            _HEALTH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="joinshift-health")
+        future = _HEALTH_POOL.submit(snapshot, spec, kafka_timeout_s=HEALTH_KAFKA_TIMEOUT_S)
+        return health_view(future.result(timeout=HEALTH_WAIT_S))
+    except Timeout:
+        return {"error": f"The stream health snapshot took longer than {HEALTH_WAIT_S:.0f}s (is Kafka slow?)."}
+    except Exception as e:  # never break the page for the stream's health
+        log.warning("joinshift UI: stream health of %s failed", pipeline, exc_info=True)
+        return {"error": f"Stream health could not be read ({type(e).__name__}: {e})."}
 
 
 def overview(reports_root: Path | None) -> dict:

@@ -41,7 +41,9 @@ def fmt_threshold(c: Check) -> str:
 
 
 def _age(ts: float | None, now: float) -> str:
-    return DASH if ts is None else f"{fmt_duration(max(0.0, now - ts))} ago"
+    if ts is None:
+        return DASH
+    return "just now" if now - ts < 1 else f"{fmt_duration(now - ts)} ago"
 
 
 def _at(ts: float | None) -> str:

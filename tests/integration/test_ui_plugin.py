@@ -326,6 +326,62 @@ def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, mon
         assert c.get("/joinshift/").status_code == 403
 
 
+def test_stream_health_renders_when_kafka_is_down(plugin, reports_root, tmp_path, monkeypatch):
+    """A broker nobody answers at: the page still renders, with the lag the supervisor's health
+    log last recorded (said so) beside the thresholds, and PT unknown."""
+    from jobs.operate.health import health_log
+    from jobs.settings import settings
+    from jobs.spec import load_spec, spec_path
+
+    spec = load_spec(spec_path())
+    monkeypatch.setenv("JOINSHIFT_STORAGE_ROOT", str(tmp_path / "store"))
+    monkeypatch.setenv("JOINSHIFT_KAFKA_BOOTSTRAP", "127.0.0.1:9")  # nothing listens there
+    settings.cache_clear()
+    try:
+        progress = tmp_path / "store" / "progress" / PIPELINE / "stream_join.jsonl"
+        progress.parent.mkdir(parents=True)
+        progress.write_text(
+            json.dumps(
+                {
+                    "batchId": 7,
+                    "timestamp": "2026-11-22T10:00:00.000Z",
+                    "numInputRows": 200,
+                    "durationMs": {"triggerExecution": 1000},
+                    "sources": [],
+                    "stateOperators": [
+                        {"numRowsTotal": 1234, "memoryUsedBytes": 56789, "numRowsDroppedByWatermark": 3}
+                    ],
+                    "eventTime": {"watermark": "2026-11-22T07:00:00.000Z"},
+                }
+            )
+            + "\n"
+        )
+        log = health_log(spec)
+        log.parent.mkdir(parents=True)
+        log.write_text(json.dumps({"sampled_at": "2026-11-22T10:00:05Z", "lag_left": 4321, "lag_right": 0}) + "\n")
+        with _client(plugin, reports_root) as c:
+            r = c.get("/joinshift/")
+        assert r.status_code == 200
+        html = r.text
+        block = html[html.index(f'data-health="{PIPELINE}"') :]
+        assert "lag from the supervisor&#39;s health log, sampled" in block
+        assert "Kafka not reachable from here" in block and "PT unknown without Kafka" in block
+        for check, stream, value, threshold in (
+            ("lag_records", "left", "4,321", "≤ 10,000"),
+            ("state_rows", "", "1,234", "≤ 5,000,000"),
+            ("state_bytes", "", "57 kB", "≤ 1.0 GB"),
+            ("late_drop_rate", "", "1.50%", "≤ 1.00%"),
+        ):
+            row = re.search(rf'data-check="{check}" data-stream="{stream}" data-status="(\w+)">(.*?)</tr>', block, re.S)
+            assert row, check
+            assert f'<td class="value">{value}</td><td class="threshold">{threshold}</td>' in row.group(2)
+        assert 'data-check="late_drop_rate" data-stream="" data-status="warn"' in block
+        assert 'data-check="pt_margin" data-stream="left" data-status="unknown"' in block
+        assert f'data-pipeline="{PIPELINE}"' in html and PCT.search(html)  # the report sections too
+    finally:
+        settings.cache_clear()
+
+
 # --------------------------------------------------------------------------------------------
 # 2. Real Airflow, real browser
 # --------------------------------------------------------------------------------------------
@@ -341,6 +397,35 @@ def standalone(airflow_db, storage_root, tmp_path, request):
     af.start()
     af.wait_healthy(timeout=180)
     return af
+
+
+def _real_progress(request, storage_root) -> None:
+    """The demo pipeline's real progress log (its streaming join over two generated days), copied
+    into the UI's storage root: the page's stream health reads it (and the session's broker)."""
+    import shutil
+
+    from jobs.storage.tables import Tables
+
+    request.getfixturevalue("demo_pipeline")  # read only
+    spec, s = request.getfixturevalue("demo_spec"), request.getfixturevalue("test_settings")
+    target = storage_root / "progress" / PIPELINE / "stream_join.jsonl"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Tables.of(spec, s).progress_log(), target)
+
+
+def _shown_health(frame) -> dict:
+    """What the page shows in its stream-health block: ``{(check, stream): (value, threshold, status)}``."""
+    out = {}
+    block = frame.locator(f'[data-health="{PIPELINE}"]')
+    rows = block.locator("tr[data-check]")
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        key = (row.get_attribute("data-check"), row.get_attribute("data-stream"))
+        cells = (row.locator("td.value").inner_text(), row.locator("td.threshold").inner_text())
+        out[key] = (*cells, row.get_attribute("data-status"))
+    for fact in ("last_batch_id", "watermark", "pt_left", "pt_right"):
+        out[fact] = block.locator(f'[data-fact="{fact}"]').inner_text()
+    return out
 
 
 def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
@@ -360,6 +445,8 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
     def lap(what: str) -> None:
         print(f"  {time.monotonic() - t0:5.1f}s {what}", flush=True)
 
+    _real_progress(request, storage_root)
+    lap("demo pipeline's progress log in place")
     af = request.getfixturevalue("standalone")
     base = af.url
     lap(f"airflow standalone healthy on {base}")
@@ -390,6 +477,33 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert frame.locator(".badge.pass[data-gate]").count() == 4
         assert frame.locator('.badge.pass[data-gate="raw_left"]').count() >= 1
         assert frame.locator("svg.trend path").count() == 4
+        # stream health: the demo's real stream, live from Kafka, the same values as a snapshot here
+        from jobs.operate.stream_health import snapshot
+        from jobs.report.health_view import health_view
+        from jobs.settings import Settings
+
+        shown = _shown_health(frame)
+        spec = request.getfixturevalue("demo_spec")
+        test_settings = request.getfixturevalue("test_settings")
+        s = Settings(storage_root=str(storage_root), kafka_home=test_settings.kafka_home)
+        expected = health_view(snapshot(spec, s, kafka_timeout_s=10))
+        assert "Kafka, now" in frame.locator(f'[data-health="{PIPELINE}"] h3').inner_text()
+        for r in expected["rows"]:
+            if r["name"] == "batch_age":  # grows with the clock
+                continue
+            assert shown[(r["name"], r["stream"])] == (r["value"], r["threshold"], r["status"]), r
+        for fact, value in (
+            ("last_batch_id", expected["last_batch_id"]),
+            ("watermark", expected["watermark"]),
+            ("pt_left", expected["pt"]["left"]),
+            ("pt_right", expected["pt"]["right"]),
+        ):
+            assert shown[fact] == value, fact
+        assert shown["last_batch_id"] != "—" and shown["pt_left"] != "—" and shown["pt_right"] != "—"
+        assert shown[("state_rows", "")][0] not in ("—", "0")  # the join's window state is not empty
+        assert shown[("lag_records", "left")][0] == "0"  # the demo's stream read everything
+        lap("stream health as the snapshot says")
+
         shot = tmp_path / "join_accuracy.png"
         page.screenshot(path=str(shot))
         assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
