@@ -297,7 +297,7 @@ def _event_times(spec: JoinSpec, progress: list[dict[str, Any]], bootstrap: str,
         for r in per_batch:
             raw = [by_pos[(p, o)] for p, (s0, e0) in r.items() for o in range(s0, e0) if (p, o) in by_pos]
             ts = pd.to_datetime(pd.Series(raw, dtype="object"), utc=True, errors="coerce", format="ISO8601")
-            ms = ts.dropna().astype("int64").to_numpy() // 1_000_000
+            ms = ((ts.dropna() - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)).to_numpy()
             if ms.size:
                 batches.append(ms.astype(np.float64))
         out[x] = batches
