@@ -502,7 +502,7 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert shown["last_batch_id"] != "—" and shown["pt_left"] != "—" and shown["pt_right"] != "—"
         assert shown[("state_rows", "")][0] not in ("—", "0")  # the join's window state is not empty
         assert shown[("lag_records", "left")][0] == "0"  # the demo's stream read everything
-        lap("stream health as the snapshot says")
+        lap("stream health as the snapshot says: " + "; ".join(f"{k}={v}" for k, v in shown.items()))
 
         shot = tmp_path / "join_accuracy.png"
         page.screenshot(path=str(shot))
