@@ -6,6 +6,7 @@ from jobs.spec.duration import Duration, fmt_duration, format_duration, parse_du
 from jobs.spec.model import (
     DEFAULT_SPEC,
     DEFAULT_WORKLOAD,
+    PREDICATE_TOKEN,
     SCHEMA_TYPES,
     AccuracySpec,
     Cardinality,
@@ -20,6 +21,7 @@ from jobs.spec.model import (
     WindowSpec,
     load_spec,
     parse_spec,
+    predicate_refs,
     read_yaml,
     spec_path,
     validate_model,
@@ -29,6 +31,7 @@ from jobs.spec.model import (
 __all__ = [
     "DEFAULT_SPEC",
     "DEFAULT_WORKLOAD",
+    "PREDICATE_TOKEN",
     "SCHEMA_TYPES",
     "AccuracySpec",
     "Cardinality",
@@ -47,6 +50,7 @@ __all__ = [
     "load_spec",
     "parse_duration",
     "parse_spec",
+    "predicate_refs",
     "read_yaml",
     "spec_path",
     "validate_model",
