@@ -72,13 +72,13 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
     # per hour of the report's ds: the windowed baseline loses the last hour before midnight
     today = {r["variant"]: r["match_rate"] for r in match_rates if r["ds"] == ds}
     hourly = []
-    for hour in range(24):
-        n = 600 + 400 * int(8 <= hour <= 22)
-        dip = {"batch_1d_windowed": 0.06 * (hour == 23), "stream": 0.004 * (hour % 5 == 0), "reference": 0.0}
+    for h in range(24):
+        n = 600 + 400 * int(8 <= h <= 22)
+        dip = {"batch_1d_windowed": 0.06 * (h == 23), "stream": 0.004 * (h % 5 == 0), "reference": 0.0}
         for v, drop in dip.items():
             matched = int(round(n * (today[v] - drop)))
             hourly.append(
-                {"hour": hour, "variant": v, "left_events": n, "matched_left": matched, "match_rate": matched / n}
+                {"hour": h, "variant": v, "left_events": n, "matched_left": matched, "match_rate": matched / n}
             )
 
     # Fig 9/10: match rate saturates with the upper bound, barely moves with the look-back;
