@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, prefixed
-from jobs.spec import PREDICATE_TOKEN, Cardinality, JoinSpec, JoinType, predicate_refs
+from jobs.spec import PREDICATE_TOKEN, Cardinality, JoinSpec, JoinType, SpecError, predicate_refs
 
 
 def key_condition(spec: JoinSpec) -> Column:
@@ -67,7 +67,16 @@ def match_condition(spec: JoinSpec, *, windowed: bool = True) -> Column:
         cond = cond & window_condition(spec)
     extra = predicate_sql(spec)
     if extra is not None:
-        cond = cond & F.expr(extra)
+        from pyspark.errors import ParseException
+
+        try:
+            parsed = F.expr(extra)
+        except ParseException as exc:  # the spec's mistake: one line, not a JVM trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecError(
+                f"join.predicate: {spec.join.predicate!r} is not a Spark SQL expression ({first})"
+            ) from None
+        cond = cond & parsed
     return cond
 
 

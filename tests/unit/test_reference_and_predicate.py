@@ -145,6 +145,13 @@ def test_a_bad_predicate_fails_at_spec_load_naming_the_field(predicate, message)
     assert "Traceback" not in str(err.value)
 
 
+def test_a_predicate_spark_cannot_parse_is_a_spec_error_naming_the_field(spark):
+    from jobs.join.conditions import match_condition
+
+    with pytest.raises(SpecError, match=r"^join.predicate: 'abs\(l.n - r.n <= 3' is not a Spark SQL expression"):
+        match_condition(with_predicate("abs(l.n - r.n <= 3"))
+
+
 def test_the_predicate_is_rewritten_onto_the_prefixed_columns_literals_left_alone():
     spec = with_predicate("abs(l.n - r.n) <= 10 AND r.k <> 'l.n' AND l.t < r.t")
     assert predicate_sql(spec) == "abs(`left_n` - `right_n`) <= 10 AND `right_k` <> 'l.n' AND `left_t` < `right_t`"
@@ -183,7 +190,8 @@ def test_stream_applies_the_predicate_like_batch_on_a_real_stream(spark, tmp_pat
         (tmp_path / side).mkdir()
         lines = [
             json.dumps(
-                dict(zip(("event_id", "k", "t", "n", "_arrival_time", "_partition", "_offset", "ds"), r)), default=str
+                dict(zip(("event_id", "k", "t", "n", "_arrival_time", "_partition", "_offset", "ds"), r)),
+                default=lambda v: v.isoformat(),  # ISO-8601 timestamps and dates, as Spark's JSON reader parses them
             )
             for r in rows(data)
         ]
