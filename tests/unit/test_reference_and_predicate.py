@@ -246,3 +246,30 @@ def test_hourly_match_rates_sum_to_the_day_and_use_the_specs_time_zone(spark):
     assert hourly == {(4, 2, 1), (5, 1, 1), (23, 1, 0)}
     day = variant_metrics(left, out, "stream", spec).first()
     assert (day.left_events, day.matched_left) == (sum(h[1] for h in hourly), sum(h[2] for h in hourly))
+
+
+def test_compare_shows_the_streams_gap_to_its_baseline_and_to_the_reference():
+    from rich.console import Console
+
+    from jobs.accuracy.compare import render_hourly_table, render_table, summary_rows
+
+    def m(variant, rate):
+        return {"ds": D20, "variant": variant, "match_rate": rate, "to_lower_p99": 60.0, "to_upper_p99": 30.0}
+
+    metrics = [m("batch_1d_2d", 0.95), m("batch_1d_windowed", 0.90), m("reference", 0.93), m("stream", 0.92)]
+    (row,) = summary_rows(metrics, "batch_1d_2d")
+    assert row["stream_minus_baseline_pp"] == pytest.approx(-3.0)
+    assert row["stream_minus_reference_pp"] == pytest.approx(-1.0)
+    assert row["stream_minus_windowed_pp"] == pytest.approx(2.0)
+    console = Console(width=250, record=True)
+    console.print(render_table(metrics, "batch_1d_2d"))
+    text = console.export_text()
+    assert "stream-batch_1d_2d(pp)" in text and "stream-reference(pp)" in text and "93.00%" in text
+    assert "-3.00" in text and "-1.00" in text
+    hourly = [
+        {"ds": D20, "hour": 7, "variant": v, "left_events": 40, "matched_left": k, "match_rate": k / 40}
+        for v, k in (("stream", 30), ("reference", 36))
+    ]
+    console.print(render_hourly_table(hourly))
+    line = next(ln for ln in console.export_text().splitlines() if " 07 " in ln)
+    assert "40" in line and "75.00%" in line and "90.00%" in line
