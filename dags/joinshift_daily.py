@@ -4,7 +4,9 @@
 For the ds that just ended: land both Kafka topics into their Hive-style daily tables
 (partitioned by arrival date, bad records to quarantine), then run the paper's batch baselines:
 `batch_1d_1d` and `batch_1d_windowed` for this ds, and `batch_1d_2d` for the ds whose
-neighbouring day has now landed (the day before, when the window reaches past midnight).
+neighbouring day has now landed (the day before, when the window reaches past midnight); and
+the `reference` (the windowed join with no daily cut-off) for the ds whose last reachable right
+day has now landed.
 Each batch join updates the `joinshift_batch_outputs` asset, which schedules `joinshift_compare`.
 """
 
@@ -37,13 +39,13 @@ def joinshift_daily():
 
     @task(outlets=[Asset("joinshift_batch_outputs")])
     def batch_join(variant: str, params=None, ds=None) -> dict:
-        """One batch baseline, idempotent per ds partition; updates `joinshift_batch_outputs`."""
+        """One batch baseline (or the reference), idempotent per ds partition; updates `joinshift_batch_outputs`."""
         from jobs import airflow_tasks
 
         return airflow_tasks.batch(params["spec"], ds, variant)
 
     landed = [land.override(task_id=f"land_{side}")(side) for side in ("left", "right")]
-    for variant in ("batch_1d_1d", "batch_1d_windowed", "batch_1d_2d"):
+    for variant in ("batch_1d_1d", "batch_1d_windowed", "batch_1d_2d", "reference"):
         landed >> batch_join.override(task_id=variant)(variant)
 
 

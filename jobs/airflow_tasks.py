@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from datetime import UTC, date, timedelta
+from datetime import UTC, date
 
 from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
 
@@ -54,20 +54,16 @@ def land(spec: str, ds: str, side: str) -> dict:
     return result
 
 
-def batch_1d_2d_target(join_spec: JoinSpec, landed: date) -> date:
-    """The left ds whose ``batch_1d_2d`` becomes computable once ``landed`` has landed:
-    the day before when the window reaches into the next day (upper > 0), else the same day."""
-    return landed - timedelta(days=1) if join_spec.window.upper_seconds > 0 else landed
-
-
 def batch(spec: str, ds: str, variant: str) -> dict:
-    """Run one batch variant. ``batch_1d_2d`` runs for the ds its landed neighbour completes."""
+    """Run one daily variant for the left ds that the landing of ``ds`` completes (``ds`` itself,
+    or for ``batch_1d_2d`` and ``reference`` the day(s) before, as far as the window reaches)."""
+    from jobs.join.variants import computable_ds
     from jobs.steps.batch import run_variant
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     join_spec, spark = _spec(spec), _spark()
-    target = _ds(ds) if variant != "batch_1d_2d" else batch_1d_2d_target(join_spec, _ds(ds))
+    target = computable_ds(join_spec, variant, _ds(ds))
     left = (
         spark.read.format("delta").load(Tables.of(join_spec).landed("left"))
         if delta_io.table_exists(spark, Tables.of(join_spec).landed("left"))
@@ -91,14 +87,14 @@ def inputs_ready(spec: str, ds: str) -> bool:
     the day: its watermark passed ds's end plus the window's upper bound, or it has read all
     that Kafka holds (a stream's matches are final once their records are read; only left-outer
     nulls wait for the watermark, and they do not count as matches)."""
-    from jobs.join.variants import BATCH_VARIANTS
+    from jobs.join.variants import DAILY_VARIANTS
     from jobs.steps.batch import ready_variants
     from jobs.steps.landing import ds_bounds_ms
     from jobs.steps.stream import stream_lag, stream_watermark
     from jobs.storage.kafka import bootstrap_servers
 
     join_spec, day = _spec(spec), _ds(ds)
-    if ready_variants(_spark(), join_spec, day) != list(BATCH_VARIANTS):
+    if ready_variants(_spark(), join_spec, day) != list(DAILY_VARIANTS):
         return False
     wm = stream_watermark(join_spec)
     _, end_ms = ds_bounds_ms(day, join_spec.timezone)

@@ -109,12 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     ld = with_ds(with_spec(cmd("land", commands.cmd_land, "land both topics' ds into the daily Delta tables")))
     ld.add_argument("--side", choices=("left", "right"), action="append", help="one side only (default: both)")
-    b = with_ds(with_spec(cmd("batch", commands.cmd_batch, "run the batch baselines for a ds (or range)")))
-    b.add_argument("--variant", action="append", choices=commands.BATCH_CHOICES, help="repeatable; default: all three")
+    b = with_ds(
+        with_spec(cmd("batch", commands.cmd_batch, "run the batch baselines and the reference for a ds (or range)"))
+    )
+    b.add_argument("--variant", action="append", choices=commands.BATCH_CHOICES, help="repeatable; default: all four")
     s = with_spec(cmd("stream", commands.cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
     s.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
-    with_ds(with_spec(cmd("compare", commands.cmd_compare, "match rates and boundary deltas per ds")))
+    c = with_ds(with_spec(cmd("compare", commands.cmd_compare, "match rates and boundary deltas per ds")))
+    c.add_argument("--hourly", action="store_true", help="also print match rates per hour of the left event time")
 
     sw = with_ds(
         with_spec(
@@ -130,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--right-days",
         choices=("same", "neighbours"),
         default="same",
-        help="same: right ds = left ds (batch_1d_windowed); neighbours: also ds-1/ds+1",
+        help="same: right ds = left ds (batch_1d_windowed); neighbours: every ds the window reaches (reference)",
     )
     r = with_ds(
         with_spec(

@@ -15,7 +15,10 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-BATCH_CHOICES = ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed")
+from jobs.join.variants import DAILY_VARIANTS
+
+#: What ``joinshift batch --variant`` and ``attribute --baseline`` take: the daily variants.
+BATCH_CHOICES = DAILY_VARIANTS
 EXIT_USAGE = 2
 
 
@@ -158,11 +161,14 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from jobs.accuracy.compare import compare_ds, render_table
+    from jobs.accuracy.compare import compare_ds, read_hourly, render_hourly_table, render_table
 
     spec, spark = _load_spec(args.spec), _spark("compare")
-    rows = [m for ds in _ds_range(args) for m in compare_ds(spark, spec, ds)]
-    _console().print(render_table(rows))
+    days = list(_ds_range(args))
+    rows = [m for ds in days for m in compare_ds(spark, spec, ds)]
+    _console().print(render_table(rows, spec.accuracy.baseline))
+    if args.hourly:
+        _console().print(render_hourly_table(read_hourly(spark, spec, days)))
     return 0
 
 

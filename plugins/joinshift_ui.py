@@ -297,6 +297,33 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
     return {"days": days, "first": days[0], "last": days[-1], "rows": rows, "chart": trend_chart(days, rows)}
 
 
+def _hourly(data: dict, report_mod: Any, baseline: str) -> dict | None:
+    """The newest report's match rate per hour of the left event time: stream, baseline, reference."""
+    by_hour: dict[int, dict[str, Any]] = {}
+    for r in _list(data.get("match_rates_hourly")):
+        if not isinstance(r, dict) or r.get("hour") is None or r.get("variant") is None:
+            continue
+        row = by_hour.setdefault(int(r["hour"]), {"left_events": r.get("left_events")})
+        row[str(r["variant"])] = _num(r.get("match_rate"))
+    if not by_hour:
+        return None
+    columns = list(dict.fromkeys(v for v in ("stream", baseline, "reference") if any(v in h for h in by_hour.values())))
+    return {
+        "columns": [
+            {"variant": v, "label": report_mod.VARIANT_LABELS.get(v, v), "color": report_mod.VARIANT_COLORS.get(v)}
+            for v in columns
+        ],
+        "rows": [
+            {
+                "hour": f"{h:02d}",
+                "left_events": report_mod.fmt_int(row.get("left_events")),
+                "rates": [report_mod.fmt_pct(row.get(v)) for v in columns],
+            }
+            for h, row in sorted(by_hour.items())
+        ],
+    }
+
+
 def _recommendation(data: dict, report_mod: Any) -> dict | None:
     rec = data.get("recommendation")
     if not isinstance(rec, dict):
@@ -443,6 +470,7 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
         tolerance=f"{tol:.2f} pp" if tol is not None else None,
         window=spec.get("window"),
         match_rates=_match_rates(data, report_mod),
+        hourly=_hourly(data, report_mod, baseline),
         recommendation=_recommendation(data, report_mod),
         gates=_gates(data),
         runbooks=_runbooks(data),

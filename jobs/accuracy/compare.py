@@ -1,14 +1,17 @@
-"""Compare the four outputs per ds: match rates and window-boundary deltas.
+"""Compare the outputs per ds: match rates (per day and per hour) and window-boundary deltas.
 
-*Match rate* = matched left events ÷ all landed left events of the ds (paper §7.1).
+The outputs: the three batch baselines, the cut-off-free ``reference`` (the ceiling a streaming
+join can reach) and the stream. *Match rate* = matched left events ÷ all landed left events of
+the ds (paper §7.1); per hour, of the left events whose event time falls in that hour of the
+spec's time zone (the hours of a ds add up to its day).
 *Window-boundary deltas* (paper §6.5), per matched pair: how far the right event time is from
 the window's lower bound (``r.t − (l.t + lower)``) and from its upper bound
 (``(l.t + upper) − r.t``), in seconds; a p99 close to 0 on one side says "widen that side",
 a large one says "this side can shrink".
 
-Run one ds::
+Run one ds (``--hourly`` also prints the per-hour rates)::
 
-    joinshift compare --ds 2026-11-20
+    joinshift compare --ds 2026-11-20 [--hourly]
 """
 
 from __future__ import annotations
@@ -19,14 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.join.columns import col_name
-from jobs.join.variants import VARIANTS
+from jobs.join.variants import REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import delta_io
 from jobs.storage.tables import Tables
 
-#: Variants whose matches are bounded by the window, so boundary deltas mean something.
-WINDOWED_VARIANTS = ("batch_1d_windowed", "stream")
 PERCENTILES = (0.01, 0.5, 0.99)
 METRIC_COLUMNS = (
     "ds",
@@ -92,24 +93,63 @@ def variant_metrics(left_events: DataFrame, output: DataFrame, variant: str, spe
     )
 
 
+HOURLY_COLUMNS = ("ds", "hour", "variant", "left_events", "matched_left", "match_rate")
+
+
+def left_hour(spec: JoinSpec, column: str) -> F.Column:
+    """Hour (0-23) of a left event-time column in the spec's time zone."""
+    return F.hour(F.from_utc_timestamp(F.col(column), spec.timezone))
+
+
+def hourly_metrics(left_events: DataFrame, output: DataFrame, variant: str, spec: JoinSpec) -> DataFrame:
+    """Pure core: one variant's match rate per ds and hour of the left event time (spec's zone).
+
+    Hours without left events have no row; the hours of a ds sum to :func:`variant_metrics`' day.
+    """
+    left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
+    totals = left_events.groupBy("ds", left_hour(spec, spec.left.event_time).alias("hour")).agg(
+        F.count("*").alias("left_events")
+    )
+    matched = (
+        output.where(F.col(right_id).isNotNull())
+        .groupBy("ds", left_hour(spec, col_name("left", spec.left.event_time)).alias("hour"))
+        .agg(F.countDistinct(left_id).alias("matched_left"))
+    )
+    m = totals.join(matched, ["ds", "hour"], "left").fillna(0, ["matched_left"])
+    return m.select(
+        "ds",
+        "hour",
+        F.lit(variant).alias("variant"),
+        "left_events",
+        "matched_left",
+        (F.col("matched_left") / F.col("left_events")).alias("match_rate"),
+    )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out.withColumn("computed_at", F.current_timestamp())
+
+
 def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[dict]:
-    """I/O shell: metrics for every variant whose output exists, written to the metrics table."""
+    """I/O shell: metrics for every variant whose output exists, written to the metrics table
+    (per day) and the hourly metrics table (per hour); returns the day's rows."""
     tables = Tables.of(spec, s)
     left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
-    frames = []
+    frames, hourly = [], []
     for variant in VARIANTS:
         path = tables.output(variant)
         if not delta_io.table_exists(spark, path):
             continue
         out = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds))
         frames.append(variant_metrics(left, out, variant, spec))
+        hourly.append(hourly_metrics(left, out, variant, spec))
     if not frames:
         raise RuntimeError(f"no join output exists yet for pipeline {spec.pipeline}; run the joins first")
-    metrics = frames[0]
-    for f in frames[1:]:
-        metrics = metrics.unionByName(f)
-    metrics = metrics.withColumn("computed_at", F.current_timestamp())
-    delta_io.replace_partitions(metrics, tables.match_metrics, {"ds": [ds]})
+    delta_io.replace_partitions(_union(hourly), tables.match_metrics_hourly, {"ds": [ds]})
+    delta_io.replace_partitions(_union(frames), tables.match_metrics, {"ds": [ds]})
     return [
         r.asDict()
         for r in spark.read.format("delta")
@@ -120,8 +160,18 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
     ]
 
 
-def summary_rows(metrics: list[dict]) -> list[dict]:
-    """One row per ds: the four match rates, stream − windowed in pp, the stream's p99 deltas."""
+def read_hourly(spark: SparkSession, spec: JoinSpec, ds_list: list[date], s: Settings | None = None) -> list[dict]:
+    """The hourly metrics rows of some ds (what ``joinshift compare --hourly`` prints)."""
+    path = Tables.of(spec, s).match_metrics_hourly
+    if not delta_io.table_exists(spark, path):
+        return []
+    rows = delta_io.read_table(spark, path).where(F.col("ds").isin(ds_list)).orderBy("ds", "hour", "variant")
+    return [r.asDict() for r in rows.collect()]
+
+
+def summary_rows(metrics: list[dict], baseline: str = "batch_1d_windowed") -> list[dict]:
+    """One row per ds: every variant's match rate; the stream's gap in pp to the windowed
+    baseline, to ``baseline`` (the spec's) and to the reference; the p99 deltas of windowed variants."""
     by_ds: dict[date, dict] = {}
     for m in metrics:
         row = by_ds.setdefault(m["ds"], {"ds": m["ds"]})
@@ -130,8 +180,9 @@ def summary_rows(metrics: list[dict]) -> list[dict]:
             row[f"{m['variant']}_to_lower_p99"] = m["to_lower_p99"]
             row[f"{m['variant']}_to_upper_p99"] = m["to_upper_p99"]
     for row in by_ds.values():
-        if row.get("stream") is not None and row.get("batch_1d_windowed") is not None:
-            row["stream_minus_windowed_pp"] = 100 * (row["stream"] - row["batch_1d_windowed"])
+        for name, other in (("windowed", "batch_1d_windowed"), ("baseline", baseline), ("reference", REFERENCE)):
+            if row.get("stream") is not None and row.get(other) is not None:
+                row[f"stream_minus_{name}_pp"] = 100 * (row["stream"] - row[other])
     return [by_ds[d] for d in sorted(by_ds)]
 
 
@@ -146,20 +197,42 @@ def _dur(v: float | None) -> str:
     return f"{v / 60:.1f}m" if abs(v) >= 60 else f"{v:.0f}s"
 
 
-def render_table(metrics: list[dict]):
-    """The comparison as a rich Table (what the demo and ``joinshift compare`` print)."""
+def _pp(v: float | None) -> str:
+    return "—" if v is None else f"{v:+.2f}"
+
+
+def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed"):
+    """The comparison as a rich Table (what the demo and ``joinshift compare`` print): the stream's
+    gap to the spec's baseline and to the reference (the ceiling with no daily cut-off)."""
     from rich.table import Table
 
     t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
-    for h in ("ds", *VARIANTS, "stream-windowed(pp)", "p99 to lower", "p99 to upper"):
+    for h in ("ds", *VARIANTS, f"stream-{baseline}(pp)", "stream-reference(pp)", "p99 to lower", "p99 to upper"):
         t.add_column(h, justify="right")
-    for r in summary_rows(metrics):
-        pp = r.get("stream_minus_windowed_pp")
+    for r in summary_rows(metrics, baseline):
         t.add_row(
             str(r["ds"]),
             *(_pct(r.get(v)) for v in VARIANTS),
-            "—" if pp is None else f"{pp:+.2f}",
+            _pp(r.get("stream_minus_baseline_pp")),
+            _pp(r.get("stream_minus_reference_pp")),
             _dur(r.get("stream_to_lower_p99")),
             _dur(r.get("stream_to_upper_p99")),
         )
+    return t
+
+
+def render_hourly_table(rows: list[dict]):
+    """Per-hour match rates as a rich Table: one row per ds and hour, one column per variant."""
+    from rich.table import Table
+
+    t = Table(title="match rate per hour of the left event time (matched left ÷ left)")
+    present = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+    for h in ("ds", "hour", "left events", *present):
+        t.add_column(h, justify="right")
+    by_hour: dict[tuple, dict] = {}
+    for r in rows:
+        by_hour.setdefault((r["ds"], r["hour"]), {})[r["variant"]] = r
+    for (ds, hour), vs in sorted(by_hour.items()):
+        n = next(iter(vs.values()))["left_events"]
+        t.add_row(str(ds), f"{hour:02d}", str(n), *(_pct(vs[v]["match_rate"]) if v in vs else "—" for v in present))
     return t

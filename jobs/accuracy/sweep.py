@@ -36,9 +36,13 @@ Which right events may pair with a left event of ds ``D`` (``right_days``):
 * ``"all"``        -- every right row passed in (exactly ``join_events(left, right, ..., windowed=True)``);
 * ``"same"``       -- right rows of the same ds: ``batch_1d_windowed`` semantics (the paper's
                       batch-1d-to-3.5h), even when several ds are swept together;
-* ``"neighbours"`` -- right rows of ``D−1`` (if the widest lower bound is negative), ``D`` and
-                      ``D+1`` (if the widest upper bound is positive): ``batch_1d_2d``'s read
-                      set, restricted to the window -- what a stream sees across midnight.
+* ``"neighbours"`` -- right rows of every ds the widest window reaches, ``D + floor(lower / 1d)``
+                      .. ``D + ceil(upper / 1d)`` (:func:`jobs.join.variants.window_day_offsets`):
+                      the ``reference`` variant's read set, restricted to the window -- what a
+                      stream sees across midnight (for a window within a day: ``D−1`` if the
+                      lower bound is negative, ``D``, ``D+1`` if the upper bound is positive).
+
+The spec's ``join.predicate``, if any, is part of the one join (:func:`jobs.join.conditions.match_condition`).
 
 Candidate grids, in code or in the compact form (``start..end/step`` ranges, single values, or
 values joined by ``|``; units ms/s/m/h/d, compound like ``-4h30m``; a bare ``0`` is allowed)::
@@ -66,7 +70,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.join.columns import col_name
-from jobs.join.conditions import key_condition, window_condition
+from jobs.join.conditions import match_condition, predicate_columns
+from jobs.join.variants import window_day_offsets
 from jobs.settings import Settings
 from jobs.spec import JoinSpec, format_duration
 from jobs.spec.duration import duration_seconds
@@ -192,8 +197,9 @@ def widest(candidates: Sequence[tuple[int, int]]) -> tuple[int, int]:
 
 
 def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
-    """Right ds offsets (days) a left ds reads under ``right_days="neighbours"``."""
-    return [*([-1] if lower_s < 0 else []), 0, *([1] if upper_s > 0 else [])]
+    """Right ds offsets (days) a left ds reads under ``right_days="neighbours"``: every day the
+    window reaches, the same rule as the ``reference`` variant."""
+    return window_day_offsets(lower_s, upper_s)
 
 
 def _cell_tree(d: Column, points: Sequence[int], i: int, j: int) -> Column:
@@ -297,17 +303,27 @@ def sweep_cells(
     # a left event is a left row: a row id, so nothing depends on event ids being unique
     l_df = left.select(
         *[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
+        *[
+            F.col(c).alias(col_name("left", c))
+            for c in predicate_columns(spec, "left")
+            if c not in (*spec.left.key, spec.left.event_time)
+        ],
         F.col(spec.left.event_time).alias(lt),
         F.col("ds"),
         F.monotonically_increasing_id().alias("_lid"),
     )
     r_df = right.select(
         *[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
+        *[
+            F.col(c).alias(col_name("right", c))
+            for c in predicate_columns(spec, "right")
+            if c not in (*spec.right.key, spec.right.event_time)
+        ],
         F.col(spec.right.event_time).alias(rt),
         F.col("ds").alias("_right_ds"),
     )
 
-    cond = key_condition(spec) & window_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
+    cond = match_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
     if right_days == "same":
         cond = cond & (F.col("_right_ds") == F.col("ds"))
     elif right_days == "neighbours":
@@ -396,8 +412,8 @@ def sweep(
 
 
 def right_read_days(ds_list: Sequence[date], candidates: Sequence[tuple[int, int]], right_days: str) -> list[date]:
-    """The right partitions ``sweep_ds`` reads: the ds themselves ("same"), plus ds−1 / ds+1 as the
-    widest candidate needs ("neighbours": −1 if its lower bound is negative, +1 if its upper is positive)."""
+    """The right partitions ``sweep_ds`` reads: the ds themselves ("same"), or every day the widest
+    candidate reaches ("neighbours": :func:`neighbour_offsets`, the ``reference`` variant's days)."""
     if right_days not in ("same", "neighbours"):
         raise ValueError(f"right_days must be 'same' or 'neighbours', not {right_days!r}")
     offsets = [0] if right_days == "same" else neighbour_offsets(*widest(_check_candidates(candidates)))
@@ -416,8 +432,8 @@ def sweep_ds(
     """I/O shell: read the landed tables and :func:`sweep` the left partitions ``ds_list``.
 
     The caller decides the right partitions through ``right_days``: ``"same"`` reads right ds
-    = each left ds (``batch_1d_windowed`` semantics); ``"neighbours"`` also reads ds−1 and/or
-    ds+1 as the widest candidate window needs (see :func:`right_read_days`), and those must
+    = each left ds (``batch_1d_windowed`` semantics); ``"neighbours"`` reads every day the widest
+    candidate window reaches (the ``reference`` variant's days) (see :func:`right_read_days`), and those must
     have landed (checked against the landing log, like the batch joins). A ds without left
     events gets rows with ``left_events`` 0 and a NaN match rate.
     """

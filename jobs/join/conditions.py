@@ -1,7 +1,9 @@
-"""The join's semantics, shared by every variant: key and window conditions, first-arrived
-(1-to-1), and the two cores (batch and stream), pure DataFrame -> DataFrame.
+"""The join's semantics, shared by every variant: key and window conditions, the spec's extra
+predicate, first-arrived (1-to-1), and the two cores (batch and stream), pure DataFrame -> DataFrame.
 
-``l.key = r.key AND r.t BETWEEN l.t + lower AND l.t + upper``, bounds inclusive (paper §3).
+``l.key = r.key AND r.t BETWEEN l.t + lower AND l.t + upper [AND predicate]``, bounds inclusive
+(paper §3). :func:`match_condition` is THE match condition: batch, stream, sweep and miss
+attribution all join with it, so a spec change reaches every one of them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, prefixed
-from jobs.spec import Cardinality, JoinSpec, JoinType
+from jobs.spec import PREDICATE_TOKEN, Cardinality, JoinSpec, JoinType, SpecError, predicate_refs
 
 
 def key_condition(spec: JoinSpec) -> Column:
@@ -32,6 +34,52 @@ def window_condition(spec: JoinSpec) -> Column:
     return (rt >= lt + lower) & (rt <= lt + upper)
 
 
+def predicate_sql(spec: JoinSpec) -> str | None:
+    """The spec's ``join.predicate`` on the prefixed output columns (``l.x`` -> ``left_x``), or None."""
+    if spec.join.predicate is None:
+        return None
+
+    def column(m) -> str:
+        if not m.group(1):
+            return m.group(0)  # a quoted literal stays as written
+        return f"`{col_name('left' if m.group(1) == 'l' else 'right', m.group(2))}`"
+
+    return PREDICATE_TOKEN.sub(column, spec.join.predicate)
+
+
+def predicate_columns(spec: JoinSpec, side: str) -> list[str]:
+    """The side's schema columns the predicate names (what a join must carry besides key and time)."""
+    if spec.join.predicate is None:
+        return []
+    return [c for s, c in predicate_refs(spec.join.predicate) if s == side]
+
+
+def match_condition(spec: JoinSpec, *, windowed: bool = True) -> Column:
+    """When a left and a right event (prefixed columns) match: key AND window (unless
+    ``windowed=False``, the key-only baselines) AND the spec's predicate, if any.
+
+    Example::
+
+        pairs = left.join(right, match_condition(spec), "left")
+    """
+    cond = key_condition(spec)
+    if windowed:
+        cond = cond & window_condition(spec)
+    extra = predicate_sql(spec)
+    if extra is not None:
+        from pyspark.errors import ParseException
+
+        try:
+            parsed = F.expr(extra)
+        except ParseException as exc:  # the spec's mistake: one line, not a JVM trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SpecError(
+                f"join.predicate: {spec.join.predicate!r} is not a Spark SQL expression ({first})"
+            ) from None
+        cond = cond & parsed
+    return cond
+
+
 def first_arrived(pairs: DataFrame, spec: JoinSpec) -> DataFrame:
     """1-to-1: per left event, the matching right event that arrived first (then partition, offset)."""
     left_id = col_name("left", spec.left.id)
@@ -50,9 +98,7 @@ def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: 
 
         out = join_events(left_ds, right_ds, spec, windowed=True)   # batch_1d_windowed
     """
-    cond = key_condition(spec)
-    if windowed:
-        cond = cond & window_condition(spec)
+    cond = match_condition(spec, windowed=windowed)
     how = "left" if spec.join.type == JoinType.left_outer else "inner"
     pairs = prefixed(left, spec, "left").join(prefixed(right, spec, "right"), cond, how)
     if spec.join.cardinality == Cardinality.one_to_one:
@@ -77,7 +123,7 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame
         .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)])
     )
     how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
-    return lw.join(rw, key_condition(spec) & window_condition(spec), how).select(*output_columns(spec))
+    return lw.join(rw, match_condition(spec), how).select(*output_columns(spec))
 
 
 def output_keys(spec: JoinSpec) -> list[str]:

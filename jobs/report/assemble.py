@@ -235,6 +235,19 @@ def build_report(
             .collect()
         ]
 
+    def match_rates_hourly() -> list[dict] | None:
+        if not delta_io.table_exists(spark, tables.match_metrics_hourly):
+            return None
+        cols = ("hour", "variant", "left_events", "matched_left", "match_rate")
+        rows = (
+            spark.read.format("delta")
+            .load(tables.match_metrics_hourly)
+            .where(F.col("ds") == F.lit(ds))
+            .orderBy("hour", "variant")
+            .collect()
+        )
+        return [{c: r[c] for c in cols} for r in rows]
+
     def pt() -> dict:
         series, advice = _pt(spark, spec, tables, ds)
         return {"pt": series, "watermark_advice": advice}
@@ -247,6 +260,7 @@ def build_report(
 
     steps: dict[str, Callable[[], dict[str, Any]]] = {
         "match_rates": lambda: {"match_rates": match_rates()},
+        "match_rates_hourly": lambda: {"match_rates_hourly": match_rates_hourly()},
         "boundary_deltas": lambda: {"boundary_deltas": _boundary_deltas(spark, spec, tables, ds)},
         "attribution": lambda: {"attribution": attribute_misses(spark, spec, ds, s=s)},
         "gates": lambda: {"gates": _gates(spark, tables, ds)},

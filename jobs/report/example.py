@@ -37,6 +37,8 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
             "batch_1d_windowed": base - 0.0074 + rng.normal(0, 0.0008),
         }
         rates["stream"] = rates["batch_1d_windowed"] - 0.0005 + rng.normal(0, 0.0012)
+        # no midnight cut-off: above the windowed baseline by what crosses midnight
+        rates["reference"] = max(rates["stream"], rates["batch_1d_windowed"]) + 0.0031
         for v in VARIANTS:
             matched = int(round(n * rates[v]))
             match_rates.append(
@@ -66,6 +68,18 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
         return out
 
     boundary = {"stream": deltas(18000, 0.05), "batch_1d_windowed": deltas(18200, 0.06)}
+
+    # per hour of the report's ds: the windowed baseline loses the last hour before midnight
+    today = {r["variant"]: r["match_rate"] for r in match_rates if r["ds"] == ds}
+    hourly = []
+    for h in range(24):
+        n = 600 + 400 * int(8 <= h <= 22)
+        dip = {"batch_1d_windowed": 0.06 * (h == 23), "stream": 0.004 * (h % 5 == 0), "reference": 0.0}
+        for v, drop in dip.items():
+            matched = int(round(n * (today[v] - drop)))
+            hourly.append(
+                {"hour": h, "variant": v, "left_events": n, "matched_left": matched, "match_rate": matched / n}
+            )
 
     # Fig 9/10: match rate saturates with the upper bound, barely moves with the look-back;
     # anchored so that the deployed window predicts today's stream match rate
@@ -152,6 +166,7 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
             "tolerance_pp": 1.5,
         },
         "match_rates": match_rates,
+        "match_rates_hourly": hourly,
         "boundary_deltas": boundary,
         "sweep": sweep,
         "pt": pt,

@@ -37,13 +37,14 @@ __all__ = [
 
 DASH = "—"
 
-#: The paper's three batch baselines (§7.1) and the streaming join, in report order
-#: (the same order as ``jobs.storage.tables.VARIANTS``; not imported to keep the report Spark-free).
-VARIANTS = ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")
+#: The paper's three batch baselines (§7.1), the cut-off-free reference and the streaming join, in
+#: report order (the same order as ``jobs.join.variants.VARIANTS``, which the tests check).
+VARIANTS = ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "reference", "stream")
 VARIANT_LABELS = {
     "batch_1d_1d": "batch 1d → 1d",
     "batch_1d_2d": "batch 1d → 2d",
     "batch_1d_windowed": "batch 1d, windowed",
+    "reference": "reference (no cut-off)",
     "stream": "stream",
 }
 #: One colour per variant in every plot and table.
@@ -51,6 +52,7 @@ VARIANT_COLORS = {
     "batch_1d_1d": "#94a3b8",
     "batch_1d_2d": "#8b5cf6",
     "batch_1d_windowed": "#f59e0b",
+    "reference": "#16a34a",
     "stream": "#2563eb",
 }
 SIDE_COLORS = {"left": "#0d9488", "right": "#db2777"}

@@ -46,7 +46,17 @@ class MatchRate(_Part):
     """One ds and variant of the history (Fig. 8)."""
 
     ds: str
-    variant: str  # batch_1d_1d | batch_1d_2d | batch_1d_windowed | stream
+    variant: str  # batch_1d_1d | batch_1d_2d | batch_1d_windowed | reference | stream
+    left_events: int | None = None
+    matched_left: int | None = None
+    match_rate: float | None = None
+
+
+class HourlyMatchRate(_Part):
+    """One hour (of the left event time, spec's zone) of the report's ds, for one variant."""
+
+    hour: int  # 0-23
+    variant: str
     left_events: int | None = None
     matched_left: int | None = None
     match_rate: float | None = None
@@ -162,6 +172,7 @@ class ReportData(_Part):
     generated_at: str | None = None  # ISO-8601
     spec: SpecSummary | None = None
     match_rates: list[MatchRate] | None = None
+    match_rates_hourly: list[HourlyMatchRate] | None = None  # the report's ds, per hour
     boundary_deltas: dict[str, BoundaryDeltas] | None = None
     sweep: list[SweepPoint] | None = None
     pt: PTSeries | None = None

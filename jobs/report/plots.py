@@ -147,7 +147,37 @@ def plot_match_rate_by_day(mr: dict, ds: str, spec: dict):
     ax.set_xlabel("ds (left event day)")
     ax.set_ylabel("match rate")
     _pct_axis(ax)
-    ax.set_title("Match rate per day: the stream against the three daily batch joins")
+    ax.set_title("Match rate per day: the stream against the daily batch joins and the reference")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def plot_match_rate_by_hour(hourly: dict, ds: str, baseline: str):
+    """The report ds's match rate per hour of the left event time: stream, baseline, reference."""
+    shown = [v for v in ("stream", baseline, "reference") if v in hourly["variants"]]
+    if not shown:
+        return None
+    fig, axes = _figure(10, 3.4)
+    ax = axes[0][0]
+    hours = hourly["hours"]
+    for v in dict.fromkeys(shown):
+        ys = [hourly["by_hour"][h].get(v) for h in hours]
+        ax.plot(
+            hours,
+            [math.nan if y is None else y for y in ys],
+            marker="o",
+            ms=3.5,
+            lw=2.4 if v == "stream" else 1.5,
+            color=VARIANT_COLORS.get(v, "#334155"),
+            label=VARIANT_LABELS.get(v, v) + ("  (baseline)" if v == baseline and v != "reference" else ""),
+            zorder=4 if v == "stream" else 3,
+        )
+    ax.set_xticks(range(0, 24, 2))
+    ax.set_xlim(-0.5, 23.5)
+    ax.set_xlabel(f"hour of the left event time ({ds})")
+    ax.set_ylabel("match rate")
+    _pct_axis(ax)
+    ax.set_title("Match rate per hour: the stream, its baseline and the reference")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
 

@@ -53,6 +53,7 @@ from jobs.report.sections import (
     attribution_model,
     delta_hints,
     deltas_model,
+    hourly_table,
     match_rate_table,
     pt_model,
     quarantine_model,
@@ -99,6 +100,7 @@ INDEX_TEMPLATE_NAME = "index.html.j2"
 #: Plot files, in report order, with the section they belong to.
 PLOTS = {
     "match_rate_by_day": "match-rate",
+    "match_rate_by_hour": "match-rate",
     "match_rate_vs_window": "window-sweep",
     "memory_vs_window": "window-sweep",
     "boundary_deltas": "boundary-deltas",
@@ -237,6 +239,10 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
     mr = _section(sections, "match-rate", lambda: match_rate_table(data))
     if mr:
         plot("match_rate_by_day", lambda: plots.plot_match_rate_by_day(mr, ds, spec))
+    hourly = hourly_table(data)
+    if hourly:
+        baseline = str(spec.get("baseline") or "batch_1d_windowed")
+        plot("match_rate_by_hour", lambda: plots.plot_match_rate_by_hour(hourly, ds, baseline))
 
     # --- recommendation
     rec = part("recommendation")

@@ -65,6 +65,29 @@ def match_rate_table(data: dict) -> dict | None:
     return {"by_ds": dict(sorted(by_ds.items())), "variants": variants, "avg": avg}
 
 
+def hourly_table(data: dict) -> dict | None:
+    """The report ds's match rate per hour: {hours, variants, by_hour: {hour: {variant: rate}},
+    left_events: {hour: n}}; None when there are no rows."""
+    by_hour: dict[int, dict[str, float | None]] = {}
+    left: dict[int, Any] = {}
+    for r in rows_of(data.get("match_rates_hourly")):
+        if r.get("hour") is None or r.get("variant") is None:
+            continue
+        h = int(r["hour"])
+        by_hour.setdefault(h, {})[str(r["variant"])] = rate_of(r)
+        left.setdefault(h, r.get("left_events"))
+    if not by_hour:
+        return None
+    present = {v for rows in by_hour.values() for v in rows}
+    variants = [v for v in VARIANTS if v in present] + sorted(present - set(VARIANTS))
+    return {
+        "hours": sorted(by_hour),
+        "variants": variants,
+        "by_hour": dict(sorted(by_hour.items())),
+        "left_events": left,
+    }
+
+
 def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str | None) -> dict:
     spec = dict_of(data.get("spec"))
     baseline = str(spec.get("baseline") or "batch_1d_windowed")

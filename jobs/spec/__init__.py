@@ -6,6 +6,7 @@ from jobs.spec.duration import Duration, fmt_duration, format_duration, parse_du
 from jobs.spec.model import (
     DEFAULT_SPEC,
     DEFAULT_WORKLOAD,
+    PREDICATE_TOKEN,
     SCHEMA_TYPES,
     AccuracySpec,
     Cardinality,
@@ -21,6 +22,7 @@ from jobs.spec.model import (
     WindowSpec,
     load_spec,
     parse_spec,
+    predicate_refs,
     read_yaml,
     spec_path,
     validate_model,
@@ -30,6 +32,7 @@ from jobs.spec.model import (
 __all__ = [
     "DEFAULT_SPEC",
     "DEFAULT_WORKLOAD",
+    "PREDICATE_TOKEN",
     "SCHEMA_TYPES",
     "AccuracySpec",
     "Cardinality",
@@ -49,6 +52,7 @@ __all__ = [
     "load_spec",
     "parse_duration",
     "parse_spec",
+    "predicate_refs",
     "read_yaml",
     "spec_path",
     "validate_model",

@@ -40,6 +40,8 @@ SCHEMA_TYPES = {
     "timestamp": "timestamp",
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: In ``join.predicate``: a quoted literal (left alone) or a column reference ``l.<column>`` / ``r.<column>``.
+PREDICATE_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![\w.`])([lr])\.([A-Za-z_][A-Za-z0-9_]*)""")
 
 
 #: The demo's spec, the default of every command, DAG and runbook (relative to the project root).
@@ -165,6 +167,34 @@ class WindowSpec(_Strict):
 class JoinOptions(_Strict):
     type: JoinType = JoinType.left_outer
     cardinality: Cardinality = Cardinality.one_to_n
+    predicate: str | None = Field(
+        default=None,
+        description="extra match condition on top of key and window: a Spark SQL boolean over "
+        "l.<column> (left) and r.<column> (right), e.g. 'abs(l.result_count - r.position) <= 10'",
+    )
+
+    @field_validator("predicate")
+    @classmethod
+    def _predicate_text(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        v = " ".join(v.split())
+        if not v:
+            raise ValueError("is empty; leave it out for a join on key and window only")
+        if ";" in PREDICATE_TOKEN.sub("", v):
+            raise ValueError("must be one boolean expression (no ';')")
+        if not predicate_refs(v):
+            raise ValueError("names no column; write columns as l.<column> (left) and r.<column> (right)")
+        return v
+
+
+def predicate_refs(predicate: str) -> list[tuple[str, str]]:
+    """The ``(side, column)`` pairs a predicate names, ``side`` 'left' or 'right', in order, once each."""
+    refs = []
+    for m in PREDICATE_TOKEN.finditer(predicate):
+        if m.group(1):
+            refs.append(("left" if m.group(1) == "l" else "right", m.group(2)))
+    return list(dict.fromkeys(refs))
 
 
 class TimestampValidity(_Strict):
@@ -177,7 +207,11 @@ class TimestampValidity(_Strict):
 class AccuracySpec(_Strict):
     """What the stream must keep up with; read by compare, gates and recommendation."""
 
-    baseline: str = Field(default="batch_1d_windowed", pattern="^(batch_1d_windowed|batch_1d_2d)$")
+    baseline: str = Field(
+        default="batch_1d_windowed",
+        pattern="^(batch_1d_1d|batch_1d_2d|batch_1d_windowed|reference)$",
+        description="the variant the stream is held to: a batch baseline or the cut-off-free reference",
+    )
     tolerance_pp: float = Field(default=1.0, ge=0, description="allowed stream shortfall, percentage points")
 
 
@@ -268,6 +302,14 @@ class JoinSpec(_Strict):
                 raise ValueError(
                     f"key types differ: left.{lk} is {self.left.schema_[lk]}, right.{rk} is {self.right.schema_[rk]}"
                 )
+        if self.join.predicate is not None:
+            for side, column in predicate_refs(self.join.predicate):
+                schema = self.side(side).schema_
+                if column not in schema:
+                    raise ValueError(
+                        f"join.predicate: {side[0]}.{column} is not a column of the {side} stream "
+                        f"(columns: {', '.join(schema)})"
+                    )
         if self.left.topic == self.right.topic:
             raise ValueError("left.topic and right.topic must differ")
         tables = [self.left.table, self.right.table, self.output_table]

@@ -226,6 +226,14 @@ RULES: list[tuple[str, str, str]] = [
         "they were. Fresh checkpoint and replay to get the new window's exact result.",
     ),
     (
+        "join.predicate",
+        NEEDS_FRESH,
+        "{field} is part of the join condition (key AND window AND predicate), like the window: it decides "
+        f"which buffered rows match. {_GUIDE}: other changes in the join condition are ill-defined: rows already "
+        "matched, evicted or emitted as non-matches under the old predicate stay as they were. Fresh checkpoint "
+        "and replay to get the new predicate's exact result.",
+    ),
+    (
         "join.type",
         NEEDS_FRESH,
         f"{{field}} (inner vs left outer) changes the stateful join operator: {_GUIDE}: changes in join type "

@@ -1,9 +1,12 @@
-"""The Hive-style daily batch join: the paper's three baselines (§7.1), one ds at a time.
+"""The Hive-style daily batch join: the paper's three baselines (§7.1) and the cut-off-free
+``reference``, one ds at a time.
 
 * ``batch_1d_1d``       left ds ⋈ right ds, key equality only
 * ``batch_1d_2d``       left ds ⋈ right ds and the neighbouring day(s) the window reaches into
                         (ds+1 for a positive upper bound, ds−1 for a negative lower bound), key only
 * ``batch_1d_windowed`` left ds ⋈ right ds, restricted to the spec's window
+* ``reference``         left ds ⋈ every right ds the window reaches, restricted to the window
+                        (see :mod:`jobs.join.variants`)
 
 The core (:func:`jobs.join.conditions.join_events`) is DataFrame in, DataFrame out, and the
 streaming join projects its output through the same columns, so every variant has one shape.
@@ -22,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.join.conditions import join_events
-from jobs.join.variants import BATCH_VARIANTS, missing_days, right_days
+from jobs.join.variants import DAILY_VARIANTS, is_windowed, missing_days, right_days
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import delta_io
@@ -43,7 +46,7 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
         )
     left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
     right = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").isin(days))
-    out = join_events(left, right, spec, windowed=(variant == "batch_1d_windowed"))
+    out = join_events(left, right, spec, windowed=is_windowed(variant))
     delta_io.replace_partitions(out, tables.output(variant), {"ds": [ds]})
     n = delta_io.read_table(spark, tables.output(variant)).where(F.col("ds") == F.lit(ds)).count()
     log.info("%s ds=%s: %d rows from right days %s", variant, ds, n, [str(d) for d in days])
@@ -66,6 +69,6 @@ def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
 
 
 def ready_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[str]:
-    """The variants whose right-stream partitions for ``ds`` have all landed."""
+    """The daily variants whose right-stream partitions for ``ds`` have all landed."""
     landed = landed_days(spark, Tables.of(spec, s), "right")
-    return [v for v in BATCH_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]
+    return [v for v in DAILY_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]

@@ -49,6 +49,11 @@ class Tables:
         return self._t("match_metrics")
 
     @property
+    def match_metrics_hourly(self) -> str:
+        """Match rates per ds, hour of the left event time (spec's zone) and variant."""
+        return self._t("match_metrics_hourly")
+
+    @property
     def stream_progress(self) -> str:
         return self._t("stream_progress")
 

@@ -87,10 +87,20 @@ def test_landing_accounts_for_every_record(pipeline, spark, demo_spec, test_sett
 
 @pytest.mark.parametrize(
     "variant,right_days,windowed",
-    [("batch_1d_1d", 0, False), ("batch_1d_2d", 1, False), ("batch_1d_windowed", 0, True)],
+    [
+        ("batch_1d_1d", 0, False),
+        ("batch_1d_2d", 1, False),
+        ("batch_1d_windowed", 0, True),
+        # no daily cut-off: [-3h, +30m] reaches ds-1 and ds+1, and the window decides
+        ("reference", 1, True),
+    ],
 )
 def test_batch_variants_are_exact(pipeline, spark, demo_spec, test_settings, variant, right_days, windowed):
+    from jobs.join.variants import right_days as variant_days
     from jobs.storage.tables import Tables
+
+    d = DAYS[-1]  # the product reads the days the oracle reads
+    assert variant_days(demo_spec, variant, d) == [d + timedelta(days=o) for o in range(-right_days, right_days + 1)]
 
     out = _read(spark, Tables.of(demo_spec, test_settings).output(variant))
     expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, right_days, windowed)
@@ -162,23 +172,56 @@ def test_compare_reports_match_rates_and_boundary_deltas(pipeline, spark, demo_s
     t = Tables.of(demo_spec, test_settings)
     metrics = [r.asDict() for r in _read(spark, t.match_metrics).collect()]
     assert {(m["ds"], m["variant"]) for m in metrics} == {
-        (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream")
+        (d, v) for d in DAYS for v in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "reference", "stream")
     }
-    expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, 0, True)
+    oracle = {v: _expected_pairs(pipeline.left, pipeline.right, demo_spec, n, True) for v, n in WINDOWED_ORACLE.items()}
     for m in metrics:
+        left = oracle["batch_1d_windowed"][1]
         assert m["left_events"] == int((left.ds == m["ds"]).sum())
-        if m["variant"] == "batch_1d_windowed":
+        if m["variant"] in oracle:
+            expected, left = oracle[m["variant"]]
             matched = {p[0] for p in expected if p[1] is not None and p[0] in set(left[left.ds == m["ds"]].event_id)}
             assert m["matched_left"] == len(matched)
             assert m["match_rate"] == pytest.approx(len(matched) / m["left_events"])
             # every windowed match lies inside the window: deltas to both bounds are >= 0
             assert m["to_lower_p1"] >= 0 and m["to_upper_p1"] >= 0
             assert m["to_lower_p99"] <= demo_spec.window.span_seconds
-    rows = summary_rows(metrics)
+    rows = summary_rows(metrics, "batch_1d_2d")
     assert [r["ds"] for r in rows] == DAYS
     for r in rows:
         assert r["batch_1d_2d"] >= r["batch_1d_1d"] >= r["batch_1d_windowed"]
+        # the cut-off costs the windowed baseline matches, on this workload every day
+        assert r["reference"] > r["batch_1d_windowed"]
         assert r["stream_minus_windowed_pp"] == pytest.approx(100 * (r["stream"] - r["batch_1d_windowed"]))
+        assert r["stream_minus_baseline_pp"] == pytest.approx(100 * (r["stream"] - r["batch_1d_2d"]))
+        assert r["stream_minus_reference_pp"] == pytest.approx(100 * (r["stream"] - r["reference"]))
+
+
+#: The windowed variants and the right days the oracle lets them read (|right ds - left ds| <= n).
+WINDOWED_ORACLE = {"batch_1d_windowed": 0, "reference": 1}
+
+
+def test_hourly_match_rates_add_up_to_the_day_and_equal_the_oracle(pipeline, spark, demo_spec, test_settings):
+    from jobs.storage.tables import Tables
+
+    t = Tables.of(demo_spec, test_settings)
+    hourly = _read(spark, t.match_metrics_hourly).toPandas()
+    daily = _read(spark, t.match_metrics).toPandas()
+    assert set(hourly.variant) == set(daily.variant) and set(hourly.ds) == set(DAYS)
+    sums = hourly.groupby(["ds", "variant"])[["left_events", "matched_left"]].sum()
+    for m in daily.itertuples():
+        assert tuple(sums.loc[(m.ds, m.variant)]) == (m.left_events, m.matched_left), (m.ds, m.variant)
+    assert hourly.hour.between(0, 23).all()
+    for variant, n in WINDOWED_ORACLE.items():
+        expected, left = _expected_pairs(pipeline.left, pipeline.right, demo_spec, n, True)
+        matched = {lid for lid, rid in expected if rid is not None}
+        left = left.assign(hour=left["event_time"].dt.hour, matched=left["event_id"].isin(matched))  # spec zone: UTC
+        want = left[left.ds.isin(DAYS)].groupby(["ds", "hour"]).agg(n=("event_id", "size"), m=("matched", "sum"))
+        got = hourly[hourly.variant == variant].set_index(["ds", "hour"]).sort_index()
+        assert [(int(a), int(b)) for a, b in zip(got.left_events, got.matched_left)] == [
+            (int(a), int(b)) for a, b in zip(want.n, want.m)
+        ], variant
+        assert list(got.index) == list(want.index)
 
 
 def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, demo_spec, test_settings):
@@ -217,10 +260,24 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
     assert latest["ds"] == str(DAYS[-1])
     folder = root / str(DAYS[-1])
     data = json.loads((folder / "report.json").read_text())
-    for key in ("match_rates", "boundary_deltas", "sweep", "pt", "attribution", "recommendation", "gates", "runbooks"):
+    for key in (
+        "match_rates",
+        "match_rates_hourly",
+        "boundary_deltas",
+        "sweep",
+        "pt",
+        "attribution",
+        "recommendation",
+        "gates",
+        "runbooks",
+    ):
         assert data.get(key), f"report section {key} is empty"
+    assert {r["variant"] for r in data["match_rates"]} >= {"reference", "stream"}
+    assert {r["variant"] for r in data["match_rates_hourly"]} >= {"reference", "stream", "batch_1d_windowed"}
+    assert "reference" in data["boundary_deltas"]
     for png in (
         "match_rate_by_day",
+        "match_rate_by_hour",
         "match_rate_vs_window",
         "memory_vs_window",
         "pt_delay",

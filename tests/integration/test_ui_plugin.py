@@ -132,15 +132,21 @@ def test_overview_shows_each_pipeline(client, reports_root):
     data = json.loads((reports_root / PIPELINE / NEWEST / "report.json").read_text())
 
     assert f'data-pipeline="{PIPELINE}"' in html and f"latest report <b>{NEWEST}</b>" in html
-    # latest match rates of the four variants, as the report formats them
+    # latest match rates of every variant (the reference too), as the report formats them
+    from jobs.join.variants import VARIANTS
     from jobs.report.render import fmt_pct
 
     latest = {r["variant"]: r["match_rate"] for r in data["match_rates"] if r["ds"] == NEWEST}
-    assert set(latest) == {"batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "stream"}
+    assert set(latest) == set(VARIANTS)
     for variant, rate in latest.items():
         assert f'data-variant="{variant}"' in html
         assert fmt_pct(rate) in html
-    assert '<svg class="trend"' in html and html.count("<path d=") == 4  # one line per variant
+    assert '<svg class="trend"' in html and html.count("<path d=") == len(VARIANTS)  # one line per variant
+    # the newest day per hour: every hour of the report, with the stream's rate as the report formats it
+    hourly = [r for r in data["match_rates_hourly"] if r["variant"] == "stream"]
+    assert hourly and all(f'data-hour="{r["hour"]:02d}"' in html for r in hourly)
+    row = re.search(rf'data-hour="{hourly[-1]["hour"]:02d}">(.*?)</tr>', html).group(1)
+    assert fmt_pct(hourly[-1]["match_rate"]) in row
     # recommendation vs deployed window
     rec = data["recommendation"]
     assert rec["deployed"]["window"] in html and rec["window"] in html

@@ -66,6 +66,12 @@ CASES = {
     "window.upper": (_set("window", "upper", "+1h"), "window.upper", NEEDS_FRESH, FRESH),
     "left.key": (_rename_key, "left.key", NEEDS_FRESH, FRESH),
     "join.type": (_set("join", "type", "inner"), "join.type", NEEDS_FRESH, FRESH),
+    "join.predicate": (
+        _set("join", "predicate", "abs(l.result_count - r.position) <= 10"),
+        "join.predicate",
+        NEEDS_FRESH,
+        FRESH,
+    ),
     "schema add nullable column": (_add_column("right", "device", "string"), "right.schema.device", NEEDS_FRESH, FRESH),
     "schema retype": (_set("right", "schema", "position", "long"), "right.schema.position", NEEDS_FRESH, FRESH),
     "left.topic": (_set("left", "topic", "search_responses_v2"), "left.topic", NEEDS_FRESH, FRESH),

@@ -1,0 +1,275 @@
+"""The cut-off-free reference (which right days it reads, windows longer than a day), the extra
+join predicate (spec validation, and batch, stream and sweep applying it alike), and the
+per-hour match rates adding up to the day. Hand-built data; expected answers written out.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.join.conditions import join_events, join_streams, predicate_sql
+from jobs.join.variants import DAILY_VARIANTS, computable_ds, right_days, window_day_offsets
+from jobs.spec import SpecError, parse_spec
+
+D19, D20, D21, D22, D23 = (date(2026, 11, d) for d in (19, 20, 21, 22, 23))
+SCHEMA = "event_id string, k string, t timestamp, n int, _arrival_time timestamp, _partition int, _offset long, ds date"
+
+
+def spec_data(**over) -> dict:
+    side = lambda name: {  # noqa: E731
+        "name": name,
+        "topic": f"{name}_topic",
+        "table": f"{name}_table",
+        "schema": {"event_id": "string", "k": "string", "t": "timestamp", "n": "int"},
+        "key": ["k"],
+        "event_time": "t",
+        "id": "event_id",
+        "watermark_delay": "0s",
+    }
+    data = {
+        "pipeline": "tiny",
+        "left": side("left"),
+        "right": side("right"),
+        "window": {"lower": "-10m", "upper": "+5m"},
+        "output_table": "out",
+        "join": {"type": "left_outer", "cardinality": "1-to-n"},
+    }
+    data.update(over)
+    return data
+
+
+def make_spec(**over):
+    return parse_spec(spec_data(**over))
+
+
+def with_predicate(predicate: str, **join):
+    return make_spec(join={"type": "left_outer", "cardinality": "1-to-n", **join, "predicate": predicate})
+
+
+def ts(hhmmss: str, day: int = 20) -> datetime:
+    h, m, s = (int(x) for x in hhmmss.split(":"))
+    return datetime(2026, 11, day, h, m, s, tzinfo=UTC)
+
+
+def rows(data):
+    """data: (event_id, key, event 'HH:MM:SS', n[, event day, arrival day]); arrival = event + 1 s."""
+    out = []
+    for i, (eid, k, t, n, *rest) in enumerate(data):
+        day = rest[0] if rest else 20
+        arr_day = rest[1] if len(rest) > 1 else day
+        h, m, s = (int(x) for x in t.split(":"))
+        out.append((eid, k, ts(t, day), n, datetime(2026, 11, arr_day, h, m, min(s + 1, 59), tzinfo=UTC), 0, i))
+    return [(*r, r[4].date()) for r in out]
+
+
+def events(spark, data):
+    return spark.createDataFrame(rows(data), SCHEMA)
+
+
+def assert_pairs(df, expected):
+    assertDataFrameEqual(
+        df.select("left_event_id", "right_event_id"),
+        [Row(left_event_id=left, right_event_id=right) for left, right in expected],
+    )
+
+
+# ------------------------------------------------------------------ right days of the reference
+
+
+def test_window_day_offsets_floor_the_lower_and_ceil_the_upper_bound():
+    assert window_day_offsets(-3 * 3600, 1800) == [-1, 0, 1]  # the demo's [-3h, +30m]
+    assert window_day_offsets(0, 0) == [0]
+    assert window_day_offsets(0, 3600) == [0, 1]
+    assert window_day_offsets(-3600, 0) == [-1, 0]
+    assert window_day_offsets(-86400, 86400) == [-1, 0, 1]  # exactly a day: one day each way
+    assert window_day_offsets(-86401, 0) == [-2, -1, 0]
+    assert window_day_offsets(0, 36 * 3600) == [0, 1, 2]  # longer than a day: N days
+    assert window_day_offsets(-50 * 3600, -26 * 3600) == [-3, -2, -1]
+
+
+def test_reference_reads_every_day_the_window_reaches_batch_1d_2d_only_the_neighbours():
+    demo = make_spec(window={"lower": "-3h", "upper": "+30m"})
+    assert right_days(demo, "reference", D20) == [D19, D20, D21]
+    assert right_days(demo, "batch_1d_2d", D20) == [D19, D20, D21]
+    long = make_spec(window={"lower": "-1h", "upper": "+50h"})  # over two days ahead
+    assert right_days(long, "reference", D20) == [D19, D20, D21, D22, D23]
+    assert right_days(long, "batch_1d_2d", D20) == [D19, D20, D21]  # the paper's baseline stays 1d -> 2d
+    assert right_days(long, "batch_1d_windowed", D20) == [D20]
+    # the daily DAG computes each variant for the left ds the landing of D23 completes
+    assert [computable_ds(long, v, D23) for v in DAILY_VARIANTS] == [D23, D22, D23, D20]
+    behind = make_spec(window={"lower": "-30h", "upper": "-1h"})  # only earlier days: the left ds itself
+    assert right_days(behind, "reference", D20) == [date(2026, 11, 18), D19, D20]
+    assert computable_ds(behind, "reference", D20) == D20
+
+
+def test_the_sweeps_neighbours_read_the_references_days():
+    from jobs.accuracy.sweep import right_read_days
+
+    for lower, upper in ((-3 * 3600, 1800), (0, 36 * 3600), (-50 * 3600, 0), (0, 0)):
+        spec = make_spec(window={"lower": f"{lower}s", "upper": f"{upper}s"})
+        assert right_read_days([D20], [(lower, upper)], "neighbours") == right_days(spec, "reference", D20)
+
+
+def test_a_window_longer_than_a_day_matches_across_two_midnights(spark):
+    spec = make_spec(window={"lower": "0s", "upper": "+40h"})
+    left = events(spark, [("L1", "a", "20:00:00", 0)])
+    right_all = events(spark, [("R1", "a", "10:00:00", 0, 22), ("R2", "a", "13:00:00", 0, 22)])  # +38h, +41h
+    reads = right_all.where(right_all.ds.isin(right_days(spec, "reference", D20)))
+    assert_pairs(join_events(left, reads, spec, windowed=True), [("L1", "R1")])
+    same_day = right_all.where(right_all.ds == D20)  # batch_1d_windowed's read: the match is out of reach
+    assert_pairs(join_events(left, same_day, spec, windowed=True), [("L1", None)])
+
+
+# ------------------------------------------------------------------ the predicate in the spec
+
+
+@pytest.mark.parametrize(
+    "predicate,message",
+    [
+        ("abs(l.n - r.missing) <= 1", "join.predicate: r.missing is not a column of the right stream"),
+        ("l.nope > 0", "join.predicate: l.nope is not a column of the left stream"),
+        ("1 = 1", "names no column; write columns as l.<column>"),
+        ("l.n > 0; DROP TABLE x", "must be one boolean expression"),
+        ("   ", "is empty"),
+    ],
+)
+def test_a_bad_predicate_fails_at_spec_load_naming_the_field(predicate, message):
+    with pytest.raises(SpecError) as err:
+        with_predicate(predicate)
+    assert message in str(err.value)
+    assert "Traceback" not in str(err.value)
+
+
+def test_a_predicate_spark_cannot_parse_is_a_spec_error_naming_the_field(spark):
+    from jobs.join.conditions import match_condition
+
+    with pytest.raises(SpecError, match=r"^join.predicate: 'abs\(l.n - r.n <= 3' is not a Spark SQL expression"):
+        match_condition(with_predicate("abs(l.n - r.n <= 3"))
+
+
+def test_the_predicate_is_rewritten_onto_the_prefixed_columns_literals_left_alone():
+    spec = with_predicate("abs(l.n - r.n) <= 10 AND r.k <> 'l.n' AND l.t < r.t")
+    assert predicate_sql(spec) == "abs(`left_n` - `right_n`) <= 10 AND `right_k` <> 'l.n' AND `left_t` < `right_t`"
+    assert predicate_sql(make_spec()) is None
+
+
+# ------------------------------------------------------------------ batch, stream, sweep alike
+
+LEFT = [("L1", "a", "12:00:00", 5), ("L2", "b", "12:00:00", 50), ("L3", "c", "12:00:00", 1)]
+RIGHT = [
+    ("R1", "a", "12:01:00", 7),  # in the window, |5 - 7| <= 3: match
+    ("R2", "a", "12:02:00", 30),  # in the window, predicate false
+    ("R3", "b", "12:03:00", 52),  # in the window, |50 - 52| <= 3: match
+    ("R4", "b", "13:00:00", 50),  # predicate true, outside the window
+    ("R5", "c", "12:00:00", 9),  # in the window, predicate false: L3 unmatched
+]
+PREDICATE = "abs(l.n - r.n) <= 3"
+
+
+def test_batch_applies_the_predicate_in_windowed_and_key_only_variants(spark):
+    spec = with_predicate(PREDICATE)
+    left, right = events(spark, LEFT), events(spark, RIGHT)
+    assert_pairs(join_events(left, right, spec, windowed=True), [("L1", "R1"), ("L2", "R3"), ("L3", None)])
+    # key-only baselines: the predicate is part of the join, only the window is left out
+    assert_pairs(
+        join_events(left, right, spec, windowed=False), [("L1", "R1"), ("L2", "R3"), ("L2", "R4"), ("L3", None)]
+    )
+    inner = with_predicate(PREDICATE, type="inner")
+    assert_pairs(join_events(left, right, inner, windowed=True), [("L1", "R1"), ("L2", "R3")])
+
+
+def test_stream_applies_the_predicate_like_batch_on_a_real_stream(spark, tmp_path):
+    spec = with_predicate(PREDICATE)
+    batch = join_events(events(spark, LEFT), events(spark, RIGHT), spec, windowed=True)
+    for side, data in (("left", LEFT), ("right", RIGHT)):
+        (tmp_path / side).mkdir()
+        lines = [
+            json.dumps(
+                dict(zip(("event_id", "k", "t", "n", "_arrival_time", "_partition", "_offset", "ds"), r)),
+                default=lambda v: v.isoformat(),  # ISO-8601 timestamps and dates, as Spark's JSON reader parses them
+            )
+            for r in rows(data)
+        ]
+        (tmp_path / side / "0.json").write_text("\n".join(lines) + "\n")
+    left, right = (spark.readStream.schema(SCHEMA).json(str(tmp_path / side)) for side in ("left", "right"))
+    query = join_streams(left, right, spec).writeStream.format("memory").queryName("predicate_stream").start()
+    try:
+        query.processAllAvailable()
+        streamed = spark.table("predicate_stream")
+        # matched pairs at once; L3's null row waits for a watermark past its window, which never comes here
+        assert_pairs(streamed, [("L1", "R1"), ("L2", "R3")])
+        assert_pairs(batch.where("right_event_id IS NOT NULL"), [("L1", "R1"), ("L2", "R3")])
+    finally:
+        query.stop()
+
+
+def test_sweep_agrees_with_join_events_under_a_predicate(spark):
+    from jobs.accuracy.sweep import sweep
+
+    spec = with_predicate(PREDICATE)
+    left, right = events(spark, LEFT), events(spark, RIGHT)
+    candidates = [(-600, 300), (-600, 3600), (0, 120)]
+    got = sweep(left, right, spec, candidates)
+    for r in got.itertuples():
+        cand = spec.with_window(timedelta(seconds=r.lower_s), timedelta(seconds=r.upper_s))
+        out = join_events(left, right, cand, windowed=True).where("right_event_id IS NOT NULL")
+        assert r.matched_left == out.select("left_event_id").distinct().count(), (r.lower_s, r.upper_s)
+        assert r.pairs == out.count()
+    assert list(got.matched_left) == [2, 2, 1]  # [-10m, +5m]: L1, L2; [-10m, +1h]: L1, L2; [0, +2m]: L1
+
+
+# ------------------------------------------------------------------ per hour adds up to the day
+
+
+def test_hourly_match_rates_sum_to_the_day_and_use_the_specs_time_zone(spark):
+    from jobs.accuracy.compare import hourly_metrics, variant_metrics
+
+    spec = make_spec(timezone="America/Los_Angeles")  # UTC-8 in November
+    left = events(
+        spark,
+        [
+            ("L1", "a", "12:00:00", 0),
+            ("L2", "b", "12:30:00", 0),
+            ("L3", "c", "13:10:00", 0),
+            ("L4", "d", "07:59:00", 0),
+        ],
+    )
+    right = events(spark, [("R1", "a", "12:01:00", 0), ("R3", "c", "13:12:00", 0), ("R3b", "c", "13:13:00", 0)])
+    out = join_events(left, right, spec, windowed=True)
+    hourly = {(r.hour, r.left_events, r.matched_left) for r in hourly_metrics(left, out, "stream", spec).collect()}
+    # 12:00Z / 12:30Z are 04:xx in Los Angeles, 13:10Z is 05:10, 07:59Z is 23:59 of the day before
+    assert hourly == {(4, 2, 1), (5, 1, 1), (23, 1, 0)}
+    day = variant_metrics(left, out, "stream", spec).first()
+    assert (day.left_events, day.matched_left) == (sum(h[1] for h in hourly), sum(h[2] for h in hourly))
+
+
+def test_compare_shows_the_streams_gap_to_its_baseline_and_to_the_reference():
+    from rich.console import Console
+
+    from jobs.accuracy.compare import render_hourly_table, render_table, summary_rows
+
+    def m(variant, rate):
+        return {"ds": D20, "variant": variant, "match_rate": rate, "to_lower_p99": 60.0, "to_upper_p99": 30.0}
+
+    metrics = [m("batch_1d_2d", 0.95), m("batch_1d_windowed", 0.90), m("reference", 0.93), m("stream", 0.92)]
+    (row,) = summary_rows(metrics, "batch_1d_2d")
+    assert row["stream_minus_baseline_pp"] == pytest.approx(-3.0)
+    assert row["stream_minus_reference_pp"] == pytest.approx(-1.0)
+    assert row["stream_minus_windowed_pp"] == pytest.approx(2.0)
+    console = Console(width=250, record=True)
+    console.print(render_table(metrics, "batch_1d_2d"))
+    text = console.export_text()
+    assert "stream-batch_1d_2d(pp)" in text and "stream-reference(pp)" in text and "93.00%" in text
+    assert "-3.00" in text and "-1.00" in text
+    hourly = [
+        {"ds": D20, "hour": 7, "variant": v, "left_events": 40, "matched_left": k, "match_rate": k / 40}
+        for v, k in (("stream", 30), ("reference", 36))
+    ]
+    console.print(render_hourly_table(hourly))
+    line = next(ln for ln in console.export_text().splitlines() if " 07 " in ln)
+    assert "40" in line and "75.00%" in line and "90.00%" in line
