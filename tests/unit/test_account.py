@@ -138,3 +138,33 @@ def test_a_baseline_must_be_a_variant_other_than_the_stream(name):
     with pytest.raises(ValueError, match="use one of batch_1d_1d, batch_1d_2d, batch_1d_windowed"):
         check_baseline(name)
     assert check_baseline("batch_1d_2d") == "batch_1d_2d"
+
+
+def test_the_printed_account_shows_terms_that_sum_to_the_difference():
+    from rich.console import Console
+
+    from jobs.accuracy.attribution import Attribution, render_account
+
+    a = Account(
+        ds="2026-11-20",
+        baseline="batch_1d_1d",
+        left_events=1000,
+        stream_matched=905,
+        baseline_matched=920,
+        cutoff_gain=12,
+        left_late=3,
+        right_late=20,
+        outside_window=5,
+        not_yet_processed=0,
+        unexplained=1,
+        other_gain=2,
+        samples={"cutoff_gain": ["L42"]},
+    )
+    counts = {"left_late": 3, "late_right": 20, "outside_window": 5, "not_yet_processed": 0, "other": 1}
+    att = Attribution(account=a, counts=counts, by_hour=[], samples={"late_right": ["L7"]}).to_dict()
+    console = Console(record=True, width=200)
+    console.print(render_account(att))
+    out = console.export_text()
+    for text in ("+12", "-3", "-20", "-4", "= stream − baseline", "-15", "-1.500", "92.000%", "90.500%", "L42", "L7"):
+        assert text in out, text
+    assert "other_gain" in out and "cutoff_gain, not a cause" in out
