@@ -401,8 +401,19 @@ def render_account(att: dict):
         return f"{100 * v / n:.3f}%" if n else "—"
 
     t = Table(title=f"ds {a['ds']}: stream − {a['baseline']} = the sum of the terms ({n:,} left events)")
-    for h, j in (("", "left"), ("left events", "right"), ("pp", "right")):
+    for h, j in (("", "left"), ("left events", "right"), ("pp", "right"), ("sample left ids", "left")):
         t.add_column(h, justify=j)  # type: ignore[arg-type]
+    ids = {
+        **att["samples"],
+        **a["samples"],
+        "right_late": att["samples"].get("late_right", []),
+        "unexplained": att["samples"].get("other", []),
+        "other": [],
+    }
+
+    def sample(key: str) -> str:
+        return " ".join(ids.get(key, [])[:3])
+
     t.add_row(f"{a['baseline']} matched", f"{a['baseline_matched']:,}", rate(a["baseline_matched"]))
     signed = {
         "cutoff_gain": a["cutoff_gain"],
@@ -411,9 +422,10 @@ def render_account(att: dict):
         "other": -a["other"],
     }
     for term, v in signed.items():
-        t.add_row(TERM_LABELS[term], f"{v:+,}", pp(v))
+        t.add_row(TERM_LABELS[term], f"{v:+,}", pp(v), sample(term))
     for part, sign, what in OTHER_PARTS:
-        t.add_row(f"    of which {part} ({what})", f"{-sign * a[part]:+,}", pp(-sign * a[part]), style="dim")
+        v = -sign * a[part]
+        t.add_row(f"    of which {part} ({what})", f"{v:+,}", pp(v), sample(part), style="dim")
     t.add_section()
     t.add_row("= stream − baseline", f"{a['difference']:+,}", pp(a["difference"]), style="bold")
     t.add_row("stream matched", f"{a['stream_matched']:,}", rate(a["stream_matched"]))
@@ -423,6 +435,4 @@ def render_account(att: dict):
         c.add_column(h)
     for cause in CAUSES:
         c.add_row(cause, f"{att['counts'].get(cause, 0):,}", " ".join(att["samples"].get(cause, [])[:5]))
-    for kind, ids in a["samples"].items():
-        c.add_row(f"({kind}, not a cause)", f"{a[kind]:,}", " ".join(ids[:5]), style="dim")
     return Group(t, c)
