@@ -192,7 +192,7 @@ class Attribution:
         return {
             "ds": a.ds,
             "baseline": a.baseline,
-            "missed_by_stream": sum(self.counts.values()),
+            "missed_by_stream": a.left_late + a.right_late + a.outside_window + a.not_yet_processed + a.unexplained,
             "counts": self.counts,
             "by_hour": self.by_hour,
             "samples": self.samples,
