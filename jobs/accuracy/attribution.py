@@ -283,7 +283,8 @@ def account_ds(
         .agg((F.max(cut) if cut is not None else F.lit(False)).alias("_cut"))
     )
     gains = s_ids.join(b_ids, "_lid", "left_anti").join(by_left, "_lid").collect()
-    n_left, n_s, n_b, n_missed = left.count(), s_ids.count(), b_ids.count(), missed.count()
+    n_left = left.select(spec.left.id).distinct().count()  # landed ids are unique: compare's N
+    n_s, n_b, n_missed = s_ids.count(), b_ids.count(), missed.count()
 
     counts = {c: 0 for c in CAUSES}
     by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}
