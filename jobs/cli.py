@@ -159,10 +159,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     at = with_ds(
         with_spec(
-            cmd("attribute", commands.cmd_attribute, "why the stream missed what the batch matched, per cause and hour")
+            cmd(
+                "attribute",
+                commands.cmd_attribute,
+                "stream − baseline as terms that add up, and why the stream missed what the baseline matched",
+            )
         )
     )
-    at.add_argument("--baseline", choices=commands.BATCH_CHOICES, help="default: the spec's accuracy.baseline")
+    at.add_argument(
+        "--baseline",
+        help="the variant the stream is held to (batch_1d_1d, batch_1d_2d, batch_1d_windowed, ...; "
+        "default: the spec's accuracy.baseline)",
+    )
+    at.add_argument("--json", action="store_true", help="print the account and the miss causes as JSON")
     qa = with_spec(cmd("quality", commands.cmd_quality, "data-quality suites from the spec, and the gates for a ds"))
     qa.add_argument(
         "action",

@@ -220,11 +220,23 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
-    from jobs.accuracy.attribution import attribute_misses
+    from jobs.accuracy.attribution import attribute_misses, check_baseline, render_account
 
-    spec, spark = _load_spec(args.spec), _spark("attribute")
-    for ds in _ds_range(args):
-        _print_json(attribute_misses(spark, spec, ds, baseline=args.baseline))
+    spec = _load_spec(args.spec)
+    try:
+        baseline = check_baseline(args.baseline or spec.accuracy.baseline)
+    except ValueError as e:
+        raise UserError(str(e), EXIT_USAGE) from None
+    days, spark = _ds_range(args), _spark("attribute")
+    for ds in days:
+        try:
+            att = attribute_misses(spark, spec, ds, baseline=baseline)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        if args.json:
+            _print_json(att)
+        else:
+            _console().print(render_account(att))
     return 0
 
 

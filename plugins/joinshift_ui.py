@@ -247,6 +247,85 @@ def trend_chart(days: list[str], series: list[dict], width: int = 460, height: i
     }
 
 
+#: Short x-axis names of the waterfall's steps (the report's labels are too long for the page).
+WATERFALL_NAMES = {
+    "baseline": "baseline",
+    "cutoff_gain": "cut-off gain",
+    "left_late": "left late",
+    "right_late": "right late",
+    "other": "other",
+    "stream": "stream",
+}
+
+
+def account_chart(acc: Any, width: int = 460, height: int = 200) -> dict | None:
+    """The latest day's account as a waterfall for the ``waterfall`` macro: the baseline's match
+    rate, each term as a floating bar from where the last one ended, the stream's rate. Steps
+    come from the report's one rule (:func:`jobs.report.sections.account_steps`); the y-axis is
+    zoomed to them. None without an account, or with one whose terms do not add up."""
+    if not isinstance(acc, dict):
+        return None
+    from jobs.report.sections import account_steps
+
+    try:
+        steps = account_steps(acc)
+    except (ValueError, TypeError):
+        return None
+    if not steps:
+        return None
+    levels = [v for st in steps for v in ((st["end"],) if st["kind"] == "total" else (st["start"], st["end"]))]
+    lo, hi = min(levels), max(levels)
+    pad = max((hi - lo) * 0.3, 0.05)
+    lo, hi = lo - pad, hi + pad
+    left, right, top, bottom = 52, 10, 16, 24
+    pw, ph = width - left - right, height - top - bottom
+    slot = pw / len(steps)
+
+    def y(v: float) -> float:
+        return top + ph * (1 - (v - lo) / (hi - lo))
+
+    grid = []
+    for k in range(4):
+        v = lo + (hi - lo) * k / 3
+        grid.append({"y": _svg_number(y(v)), "label_y": _svg_number(y(v) + 4), "label": f"{v:.2f}%"})
+    bars, connectors = [], []
+    for i, st in enumerate(steps):
+        total = st["kind"] == "total"
+        y0, y1 = (y(lo), y(st["end"])) if total else (y(st["start"]), y(st["end"]))
+        x = left + slot * i + slot * 0.18
+        bars.append(
+            {
+                "key": st["key"],
+                "x": _svg_number(x),
+                "y": _svg_number(min(y0, y1)),
+                "w": _svg_number(slot * 0.64),
+                "h": _svg_number(max(abs(y1 - y0), 1.0)),
+                "color": st["color"],
+                "cx": _svg_number(left + slot * (i + 0.5)),
+                "value_y": _svg_number(min(y0, y1) - 4),
+                "value": f"{st['end']:.2f}%" if total else f"{st['end'] - st['start']:+.2f}",
+                "name": WATERFALL_NAMES.get(st["key"], st["key"]),
+            }
+        )
+        if i + 1 < len(steps):
+            connectors.append(
+                {"x1": _svg_number(x + slot * 0.64), "x2": _svg_number(x + slot), "y": _svg_number(y(st["end"]))}
+            )
+    diff = steps[-1]["end"] - steps[0]["end"]
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": width - right,
+        "grid": grid,
+        "bars": bars,
+        "connectors": connectors,
+        "baseline": steps[0]["label"],
+        "difference": f"{diff:+.3f} pp",
+        "ds": acc.get("ds"),
+    }
+
+
 def _q(*parts: str) -> str:
     return "/".join(quote(str(p), safe="") for p in parts)
 
@@ -474,6 +553,7 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
         recommendation=_recommendation(data, report_mod),
         gates=_gates(data),
         runbooks=_runbooks(data),
+        account=account_chart(data.get("account")),
     )
     p["gates_failed"] = sum(1 for g in p["gates"] if not g["ok"] and not g["unknown"])
     p["diff_class"] = ""

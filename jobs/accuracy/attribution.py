@@ -5,16 +5,30 @@ force for the micro-batch that reads it (``numRowsDroppedByWatermark``). The pro
 (``ProgressRecorder``) has, per micro-batch, the watermark and the Kafka offset range read from
 every partition. Joined with the landed tables (which carry each record's partition and offset),
 that tells for every record the micro-batch that read it and whether the watermark dropped it.
+
+On top of that, the *account* of a ds against a baseline: with N landed left events, S the left
+events the stream matched and B those the baseline matched, ``stream − baseline = (|S∖B| − |B∖S|) / N``
+exactly, split into terms that add up to it::
+
+    stream − baseline = cut-off gain − left-late loss − right-late loss − other
+
+Run one ds::
+
+    joinshift attribute --ds 2026-11-20 --baseline batch_1d_1d
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.join.columns import OFFSET, PARTITION
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name
+from jobs.join.conditions import match_condition
+from jobs.join.records import arrival_ds
+from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import JoinSpec
 
 
@@ -108,52 +122,122 @@ def stream_view(
     )
 
 
+#: The variants the stream can be held to (any but itself).
+BASELINES = tuple(v for v in VARIANTS if v != "stream")
+
 #: Why a left event the baseline matched has no stream match, checked in this order.
 CAUSES = ("left_late", "late_right", "outside_window", "not_yet_processed", "other")
 
 
-def attribute_misses(
-    spark: SparkSession, spec: JoinSpec, ds, *, baseline: str | None = None, s=None, samples: int = 10
-) -> dict:
-    """Per ds: every left event the baseline matched and the stream did not, by cause; and the
-    reverse, what the stream matched that ``batch_1d_1d`` missed (the midnight cut-off gain).
+@dataclass(frozen=True)
+class Account:
+    """Stream − baseline for one ds, in left events (``pp`` turns a count into points of N).
+
+    ``cutoff_gain − left_late − right_late − other == stream_matched − baseline_matched`` always:
+    every left event in S∖B is a cut-off gain or an other gain, every one in B∖S is a loss of
+    exactly one cause.
+    """
+
+    ds: str
+    baseline: str
+    left_events: int  # N: landed left events of the ds
+    stream_matched: int  # |S|
+    baseline_matched: int  # |B|
+    cutoff_gain: int  # in S∖B through a right event that landed on a day the baseline does not read
+    left_late: int  # in B∖S: the left event was behind the watermark
+    right_late: int  # in B∖S: every window partner arrived behind the watermark
+    outside_window: int  # in B∖S: the baseline's partners lie outside the stream's window
+    not_yet_processed: int  # in B∖S: the stream has not read the partners yet
+    unexplained: int  # in B∖S: no cause applies
+    other_gain: int  # in S∖B for another reason than the cut-off; counts against "other"
+    samples: dict[str, list[str]] = field(default_factory=dict)  # cutoff_gain / other_gain -> left ids
+
+    @property
+    def other(self) -> int:
+        """Everything the three named terms do not cover (losses minus non-cut-off gains)."""
+        return self.outside_window + self.not_yet_processed + self.unexplained - self.other_gain
+
+    @property
+    def difference(self) -> int:
+        return self.stream_matched - self.baseline_matched
+
+    def terms(self) -> list[tuple[str, int]]:
+        """The signed terms in waterfall order; they sum to :attr:`difference`."""
+        return [
+            ("cutoff_gain", self.cutoff_gain),
+            ("left_late", -self.left_late),
+            ("right_late", -self.right_late),
+            ("other", -self.other),
+        ]
+
+    def pp(self, n: int) -> float:
+        """``n`` left events in percentage points of the ds's left events."""
+        return 100 * n / self.left_events if self.left_events else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "other": self.other, "difference": self.difference}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The account of a ds and the miss causes behind its losses."""
+
+    account: Account
+    counts: dict[str, int]  # miss cause -> left events (CAUSES; gains are not causes)
+    by_hour: list[dict[str, int]]  # {"hour": 0, cause: n, ...}, hour of the left event in the ds zone
+    samples: dict[str, list[str]]  # miss cause -> a few left event ids
+
+    def to_dict(self) -> dict:
+        a = self.account
+        return {
+            "ds": a.ds,
+            "baseline": a.baseline,
+            "missed_by_stream": a.left_late + a.right_late + a.outside_window + a.not_yet_processed + a.unexplained,
+            "counts": self.counts,
+            "by_hour": self.by_hour,
+            "samples": self.samples,
+            "account": a.to_dict(),
+        }
+
+
+def check_baseline(name: str) -> str:
+    if name not in BASELINES:
+        raise ValueError(f"unknown baseline {name!r}: use one of {', '.join(BASELINES)}")
+    return name
+
+
+def matched_left_ids(output: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Distinct left ids (``_lid``) an output matched: the match-rate numerator of compare."""
+    return (
+        output.where(F.col(col_name("right", spec.right.id)).isNotNull())
+        .select(F.col(col_name("left", spec.left.id)).alias("_lid"))
+        .distinct()
+    )
+
+
+def behind_cutoff(spec: JoinSpec, baseline: str, ds: date):
+    """On output rows: the right event landed on a day the baseline does not read for ``ds``
+    (its daily cut-off); None for a baseline that reads every day the window reaches."""
+    try:
+        days = right_days(spec, baseline, ds)
+    except ValueError:
+        return None
+    return ~arrival_ds(F.col(col_name("right", ARRIVAL_TIME)), spec.timezone).isin(*[F.lit(d) for d in days])
+
+
+def classify_misses(spec: JoinSpec, missed_left: DataFrame, right: DataFrame) -> DataFrame:
+    """Pure core: annotated left rows the stream missed (see :func:`stream_view`) and the annotated
+    right rows -> one row per left event: ``event_id``, ``cause`` (one of CAUSES), ``hour``.
 
     Causes: ``left_late`` (the left event itself was behind the watermark), ``late_right`` (every
     right event in its window arrived after the watermark passed it), ``outside_window`` (the
     baseline's matches all lie outside the stream's window), ``not_yet_processed`` (the stream has
-    not read them yet), ``other``. Quarantined records are missed by batch and stream alike and
-    are counted apart.
+    not read them yet), ``other``.
     """
-    from datetime import timedelta
-
-    from jobs.storage import delta_io
-    from jobs.storage.progress import JOIN_QUERY, read_progress
-    from jobs.storage.tables import Tables
-
-    tables = Tables.of(spec, s)
-    baseline = baseline or spec.accuracy.baseline
-    left_id, right_id = f"left_{spec.left.id}", f"right_{spec.right.id}"
-    progress = read_progress(tables.progress_log(JOIN_QUERY))
-    landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
-    landed_r = delta_io.read_table(spark, tables.landed("right")).where(
-        F.col("ds").between(F.lit(ds - timedelta(days=1)), F.lit(ds + timedelta(days=1)))
-    )
-    left, right = stream_view(spark, spec, landed_l, landed_r, progress)
-
-    def matched(variant: str) -> DataFrame:
-        out = delta_io.read_table(spark, tables.output(variant)).where(F.col("ds") == F.lit(ds))
-        return out.where(F.col(right_id).isNotNull()).select(F.col(left_id).alias("_lid")).distinct()
-
-    stream_m, base_m = matched("stream"), matched(baseline)
-    missed = base_m.join(stream_m, "_lid", "left_anti")
-    missed_left = left.join(missed, left[spec.left.id] == missed["_lid"]).drop("_lid")
-    # the stream's window candidates of each missed left, with what the stream did with them
-    from jobs.join.columns import col_name
-    from jobs.join.conditions import key_condition, window_condition
-
+    left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
     lcols = [F.col(c).alias(col_name("left", c)) for c in [*spec.left.schema_, "_dropped_late"]]
     rcols = [F.col(c).alias(col_name("right", c)) for c in [*spec.right.schema_, "_batch_id", "_dropped_late"]]
-    cand = missed_left.select(*lcols).join(right.select(*rcols), key_condition(spec) & window_condition(spec), "left")
+    cand = missed_left.select(*lcols).join(right.select(*rcols), match_condition(spec), "left")
     per_left = cand.groupBy(left_id, col_name("left", spec.left.event_time), "left_dropped_late").agg(
         F.count(right_id).alias("n"),
         F.sum(F.when(F.col("right_dropped_late"), 1).otherwise(0)).alias("n_late"),
@@ -167,16 +251,112 @@ def attribute_misses(
         .otherwise("other")
     )
     hour = F.hour(F.from_utc_timestamp(F.col(col_name("left", spec.left.event_time)), spec.timezone))
-    classified = per_left.select(F.col(left_id).alias("event_id"), cause.alias("cause"), hour.alias("hour")).cache()
-    rows = classified.collect()
-    classified.unpersist()
+    return per_left.select(F.col(left_id).alias("event_id"), cause.alias("cause"), hour.alias("hour"))
 
-    gain = (
-        stream_m.join(matched("batch_1d_1d"), "_lid", "left_anti")
-        if delta_io.table_exists(spark, tables.output("batch_1d_1d"))
-        else None
+
+def account_ds(
+    spec: JoinSpec,
+    ds: date,
+    baseline: str,
+    left: DataFrame,
+    right: DataFrame,
+    stream_out: DataFrame,
+    baseline_out: DataFrame,
+    samples: int = 10,
+) -> Attribution:
+    """Pure core: the account of ``ds`` against ``baseline`` and the causes of its losses.
+
+    ``left``: the ds's landed left events, ``right``: landed right events of the days the window
+    reaches, both annotated by :func:`stream_view`; ``stream_out`` / ``baseline_out``: the two
+    outputs' rows of the ds.
+    """
+    left_id = col_name("left", spec.left.id)
+    s_ids, b_ids = matched_left_ids(stream_out, spec), matched_left_ids(baseline_out, spec)
+    missed = b_ids.join(s_ids, "_lid", "left_anti")
+    missed_left = left.join(missed, left[spec.left.id] == missed["_lid"]).drop("_lid")
+    rows = classify_misses(spec, missed_left, right).collect()
+
+    cut = behind_cutoff(spec, baseline, ds)
+    by_left = (
+        stream_out.where(F.col(col_name("right", spec.right.id)).isNotNull())
+        .groupBy(F.col(left_id).alias("_lid"))
+        .agg((F.max(cut) if cut is not None else F.lit(False)).alias("_cut"))
     )
-    gain_ids = [r._lid for r in gain.collect()] if gain is not None else []
+    gains = s_ids.join(b_ids, "_lid", "left_anti").join(by_left, "_lid").collect()
+    n_left = left.select(spec.left.id).distinct().count()  # landed ids are unique: compare's N
+    n_s, n_b, n_missed = s_ids.count(), b_ids.count(), missed.count()
+
+    counts = {c: 0 for c in CAUSES}
+    by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}
+    sample_ids: dict[str, list[str]] = {c: [] for c in CAUSES}
+    for r in rows:
+        counts[r.cause] += 1
+        by_hour[r.hour][r.cause] += 1
+        if len(sample_ids[r.cause]) < samples:
+            sample_ids[r.cause].append(r.event_id)
+    cut_ids = sorted(str(r._lid) for r in gains if r._cut)
+    other_ids = sorted(str(r._lid) for r in gains if not r._cut)
+    account = Account(
+        ds=str(ds),
+        baseline=baseline,
+        left_events=n_left,
+        stream_matched=n_s,
+        baseline_matched=n_b,
+        cutoff_gain=len(cut_ids),
+        left_late=counts["left_late"],
+        right_late=counts["late_right"],
+        outside_window=counts["outside_window"],
+        not_yet_processed=counts["not_yet_processed"],
+        # a baseline match whose left event is not among the landed ones cannot be classified
+        unexplained=counts["other"] + n_missed - len(rows),
+        other_gain=len(other_ids),
+        samples={k: ids[:samples] for k, ids in (("cutoff_gain", cut_ids), ("other_gain", other_ids)) if ids},
+    )
+    return Attribution(
+        account=account,
+        counts=counts,
+        by_hour=[{"hour": h, **by_hour[h]} for h in range(24)],
+        samples={c: ids for c, ids in sample_ids.items() if ids},
+    )
+
+
+def reach_days(spec: JoinSpec, ds: date) -> tuple[date, date]:
+    """First and last arrival day of right events that can sit in the window of a left of ``ds``."""
+    day = 86400
+    before = max(1, -(-max(0, -spec.window.lower_seconds) // day))
+    after = max(1, -(-max(0, spec.window.upper_seconds) // day))
+    return ds - timedelta(days=int(before)), ds + timedelta(days=int(after))
+
+
+def attribute_misses(
+    spark: SparkSession, spec: JoinSpec, ds: date, *, baseline: str | None = None, s=None, samples: int = 10
+) -> dict:
+    """I/O shell: :func:`account_ds` over the tables, plus the ds's quarantined records (missed
+    by batch and stream alike, counted apart). Raises ValueError for an unknown baseline or one
+    whose output does not exist yet."""
+    from jobs.storage import delta_io
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    tables = Tables.of(spec, s)
+    baseline = check_baseline(baseline or spec.accuracy.baseline)
+    for variant in ("stream", baseline):
+        if not delta_io.table_exists(spark, tables.output(variant)):
+            raise ValueError(f"no {variant} output for pipeline {spec.pipeline} yet: run that join first")
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
+    first, last = reach_days(spec, ds)
+    landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
+    landed_r = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").between(F.lit(first), F.lit(last)))
+    left, right = stream_view(spark, spec, landed_l, landed_r, progress)
+
+    def output(variant: str) -> DataFrame:
+        return delta_io.read_table(spark, tables.output(variant)).where(F.col("ds") == F.lit(ds))
+
+    left = left.cache()
+    try:
+        result = account_ds(spec, ds, baseline, left, right, output("stream"), output(baseline), samples)
+    finally:
+        left.unpersist()
     quarantined = {}
     if delta_io.table_exists(spark, tables.quarantine):
         quarantined = {
@@ -188,21 +368,72 @@ def attribute_misses(
             .agg(F.count("*").alias("n"))
             .collect()
         }
+    return {**result.to_dict(), "quarantined": quarantined}
 
-    counts = {c: 0 for c in CAUSES}
-    by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}
-    sample_ids: dict[str, list[str]] = {c: [] for c in CAUSES}
-    for r in rows:
-        counts[r.cause] += 1
-        by_hour[r.hour][r.cause] += 1
-        if len(sample_ids[r.cause]) < samples:
-            sample_ids[r.cause].append(r.event_id)
-    return {
-        "ds": str(ds),
-        "baseline": baseline,
-        "missed_by_stream": len(rows),
-        "counts": {**counts, "midnight_gain": len(gain_ids)},
-        "by_hour": [{"hour": h, **by_hour[h]} for h in range(24)],
-        "samples": {**{c: ids for c, ids in sample_ids.items() if ids}, "midnight_gain": sorted(gain_ids)[:samples]},
-        "quarantined": quarantined,
+
+#: What each account term means, for printouts (the report has its own labels).
+TERM_LABELS = {
+    "cutoff_gain": "+ cut-off gain (partner landed on a day the baseline does not read)",
+    "left_late": "− left-late loss (left event behind the watermark)",
+    "right_late": "− right-late loss (every partner behind the watermark)",
+    "other": "− other",
+}
+OTHER_PARTS = (
+    ("outside_window", 1, "loss: partners outside the stream's window"),
+    ("not_yet_processed", 1, "loss: partners not read by the stream yet"),
+    ("unexplained", 1, "loss: no cause applies"),
+    ("other_gain", -1, "gain: not through the cut-off"),
+)
+
+
+def render_account(att: dict):
+    """The account of :func:`attribute_misses` as rich tables: the terms (they sum to the
+    difference, in left events and in pp) and the miss causes with sample ids."""
+    from rich.console import Group
+    from rich.table import Table
+
+    a = att["account"]
+    n = a["left_events"]
+
+    def pp(v: int) -> str:
+        return f"{100 * v / n:+.3f}" if n else "—"
+
+    def rate(v: int) -> str:
+        return f"{100 * v / n:.3f}%" if n else "—"
+
+    t = Table(title=f"ds {a['ds']}: stream − {a['baseline']} = the sum of the terms ({n:,} left events)")
+    for h, j in (("", "left"), ("left events", "right"), ("pp", "right"), ("sample left ids", "left")):
+        t.add_column(h, justify=j)  # type: ignore[arg-type]
+    ids = {
+        **att["samples"],
+        **a["samples"],
+        "right_late": att["samples"].get("late_right", []),
+        "unexplained": att["samples"].get("other", []),
+        "other": [],
     }
+
+    def sample(key: str) -> str:
+        return " ".join(ids.get(key, [])[:3])
+
+    t.add_row(f"{a['baseline']} matched", f"{a['baseline_matched']:,}", rate(a["baseline_matched"]))
+    signed = {
+        "cutoff_gain": a["cutoff_gain"],
+        "left_late": -a["left_late"],
+        "right_late": -a["right_late"],
+        "other": -a["other"],
+    }
+    for term, v in signed.items():
+        t.add_row(TERM_LABELS[term], f"{v:+,}", pp(v), sample(term))
+    for part, sign, what in OTHER_PARTS:
+        v = -sign * a[part]
+        t.add_row(f"    of which {part} ({what})", f"{v:+,}", pp(v), sample(part), style="dim")
+    t.add_section()
+    t.add_row("= stream − baseline", f"{a['difference']:+,}", pp(a["difference"]), style="bold")
+    t.add_row("stream matched", f"{a['stream_matched']:,}", rate(a["stream_matched"]))
+
+    c = Table(title=f"why left events {a['baseline']} matched have no stream match (miss causes)")
+    for h in ("cause", "left events", "sample left ids"):
+        c.add_column(h)
+    for cause in CAUSES:
+        c.add_row(cause, f"{att['counts'].get(cause, 0):,}", " ".join(att["samples"].get(cause, [])[:5]))
+    return Group(t, c)

@@ -201,6 +201,12 @@ def _recommendation(rec) -> tuple[list[dict], dict]:
     }
 
 
+def _attribution(att: dict) -> dict[str, Any]:
+    """The miss causes and the account (against the spec's baseline) as two report sections."""
+    att = dict(att)
+    return {"account": att.pop("account"), "attribution": att}
+
+
 def build_report(
     spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None, learn_days: list[date] | None = None
 ) -> tuple[ReportData, Any]:
@@ -262,7 +268,7 @@ def build_report(
         "match_rates": lambda: {"match_rates": match_rates()},
         "match_rates_hourly": lambda: {"match_rates_hourly": match_rates_hourly()},
         "boundary_deltas": lambda: {"boundary_deltas": _boundary_deltas(spark, spec, tables, ds)},
-        "attribution": lambda: {"attribution": attribute_misses(spark, spec, ds, s=s)},
+        "attribution": lambda: _attribution(attribute_misses(spark, spec, ds, s=s)),
         "gates": lambda: {"gates": _gates(spark, tables, ds)},
         "quarantine": lambda: {"quarantine": _quarantine(spark, spec, tables, ds)},
         "PT": pt,

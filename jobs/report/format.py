@@ -20,6 +20,9 @@ __all__ = [
     "SIDE_COLORS",
     "CAUSES",
     "GAIN_CAUSES",
+    "ACCOUNT_TERMS",
+    "OTHER_PARTS",
+    "WATERFALL_COLORS",
     "EXTRA_COLORS",
     "UPPER_PALETTE",
     "num",
@@ -77,13 +80,29 @@ CAUSES = {  # cause -> (label, colour, explanation)
         "#64748b",
         "the matching right event was set aside by the landing gates (malformed or invalid)",
     ),
-    "midnight_gain": (
-        "gained across midnight",
-        "#10b981",
-        "matches the stream makes that the daily batch loses at the partition cut-off",
-    ),
 }
+#: Keys older reports put among the attribution counts that are gains, not miss causes: never
+#: shown as causes (gains are terms of the account).
 GAIN_CAUSES = ("midnight_gain",)
+#: The account's terms, in waterfall order: term -> (label, explanation). Signs: the gain adds,
+#: the others subtract (``other`` can be negative, then it adds).
+ACCOUNT_TERMS = {
+    "cutoff_gain": (
+        "cut-off gain",
+        "matches through right events that landed on a day the baseline does not read (its daily cut-off)",
+    ),
+    "left_late": ("left-late loss", "left events behind the left watermark, emitted unmatched"),
+    "right_late": ("right-late loss", "every right event in the window arrived behind the right watermark"),
+    "other": ("other", "outside the window, not read yet or unexplained, minus gains not through the cut-off"),
+}
+#: Parts of ``other`` with their sign in it (+ a loss, − a gain).
+OTHER_PARTS = {
+    "outside_window": (1, "lost: partners outside the stream's window"),
+    "not_yet_processed": (1, "lost: partners not read by the stream yet"),
+    "unexplained": (1, "lost: no cause applies"),
+    "other_gain": (-1, "gained: not through the cut-off"),
+}
+WATERFALL_COLORS = {"gain": "#10b981", "loss": "#ef4444"}
 EXTRA_COLORS = ("#0ea5e9", "#a16207", "#be185d", "#4d7c0f", "#7c3aed")
 #: Light-to-dark sequence for the sweep's upper bounds (ordinal, unlike the variants).
 UPPER_PALETTE = ("#5eead4", "#0891b2", "#1e40af", "#312e81")

@@ -12,8 +12,11 @@ rate* = matched left events / left events (§7.1); the *window* ``[lower, upper]
 the left event time; *boundary deltas* are how far matched right events are from the window's
 bounds (§6.5); *PT* is the estimated processing time of a stream and *PT delay* the wall clock
 minus PT (§5.3, §7.4). Attribution causes: ``late_right`` / ``outside_window`` / ``left_late`` /
-``quarantined`` are reasons a left event went unmatched in the stream but not in the baseline;
-``midnight_gain`` counts matches the stream makes that the daily batch loses at midnight.
+``quarantined`` are reasons a left event went unmatched in the stream but not in the baseline.
+The *account* splits stream − baseline into terms that add up to it: the cut-off gain (matches
+through right events that landed on a day the daily baseline does not read) minus the left-late
+and right-late losses minus the rest. Older reports may carry ``midnight_gain`` among the
+attribution counts: it is not a miss cause and is not shown as one.
 
 The renderer stays lenient: it also takes a plain dict (an older ``report.json``, a hand-made
 one) and renders a malformed section as "Not available" with the error.
@@ -113,7 +116,7 @@ class WatermarkAdvice(_Part):
 
 
 class Attribution(_Part):
-    """Why left events went unmatched in the stream but not in the baseline, and midnight gains."""
+    """Why left events went unmatched in the stream but not in the baseline (gains are in ``account``)."""
 
     counts: dict[str, int] = {}
     by_hour: list[dict[str, int]] = []  # {"hour": 0, "late_right": 10, ...}
@@ -122,6 +125,28 @@ class Attribution(_Part):
     baseline: str | None = None
     missed_by_stream: int | None = None
     quarantined: dict[str, int] | None = None
+
+
+class Account(_Part):
+    """Stream − baseline of one ds in left events: ``cutoff_gain − left_late − right_late − other
+    == stream_matched − baseline_matched``; a term in pp is its count / ``left_events`` × 100.
+    ``other`` = outside_window + not_yet_processed + unexplained − other_gain."""
+
+    ds: str | None = None
+    baseline: str | None = None
+    left_events: int
+    stream_matched: int
+    baseline_matched: int
+    cutoff_gain: int = 0
+    left_late: int = 0
+    right_late: int = 0
+    other: int = 0
+    outside_window: int = 0
+    not_yet_processed: int = 0
+    unexplained: int = 0
+    other_gain: int = 0
+    difference: int | None = None  # stream_matched − baseline_matched
+    samples: dict[str, list[str]] = {}  # cutoff_gain / other_gain -> a few left event ids
 
 
 class DeployedWindow(_Part):
@@ -178,6 +203,7 @@ class ReportData(_Part):
     pt: PTSeries | None = None
     watermark_advice: dict[str, WatermarkAdvice] | None = None
     attribution: Attribution | None = None
+    account: Account | None = None  # added within schema 1: older report.json files simply lack it
     recommendation: Recommendation | None = None
     gates: list[Gate] | None = None
     quarantine: dict[str, dict[str, int]] | None = None  # side -> reason -> count

@@ -25,7 +25,7 @@ from jobs.report.format import (
     fmt_pct,
     num,
 )
-from jobs.report.sections import rows_of
+from jobs.report.sections import account_steps, rows_of
 
 RC = {
     "font.family": "DejaVu Sans",
@@ -432,7 +432,7 @@ def plot_attribution(att: dict):
     if not by_hour:
         return None
     causes = [c for c in CAUSES if any(c in r for r in by_hour)]
-    causes += sorted({k for r in by_hour for k in r if k != "hour" and k not in CAUSES})
+    causes += sorted({k for r in by_hour for k in r if k not in ("hour", *CAUSES, *GAIN_CAUSES)})
     hours = [int(h) for r in by_hour if (h := num(r["hour"])) is not None]  # all kept: filtered above
     fig, axes = _figure(10, 3.6)
     ax = axes[0][0]
@@ -441,15 +441,8 @@ def plot_attribution(att: dict):
     for c in causes:
         label, color, _ = CAUSES.get(c, (c.replace("_", " "), next(extra), ""))
         vals = [num(r.get(c)) or 0 for r in by_hour]
-        if c in GAIN_CAUSES:
-            ax.bar(hours, [-v for v in vals], color=color, width=0.8, label=f"{label} (gain, below 0)")
-            continue
         ax.bar(hours, vals, bottom=bottom, color=color, width=0.8, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.axhline(0, color="#475569", lw=0.8)
-    from matplotlib.ticker import FuncFormatter
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{abs(v):g}"))
     ax.set_xticks(range(0, 24, 2))
     ax.set_xlim(-0.6, 23.6)
     ax.set_xlabel("hour of the left event (ds time zone)")
@@ -457,6 +450,47 @@ def plot_attribution(att: dict):
     ax.set_title("Unmatched left events by cause and hour (stream vs baseline)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(axis="x", visible=False)
+    return fig
+
+
+def plot_account(acc: dict):
+    """The account as a waterfall: the baseline's rate, + cut-off gain, − left-late, − right-late,
+    − other, the stream's rate (percent of the ds's left events). The y-axis is zoomed to the
+    steps (totals drawn from the axis floor), since the terms are small beside the rates."""
+    steps = account_steps(acc)
+    if not steps:
+        return None
+    from matplotlib.ticker import FuncFormatter
+
+    levels = [v for st in steps for v in ((st["end"],) if st["kind"] == "total" else (st["start"], st["end"]))]
+    lo, hi = min(levels), max(levels)
+    pad = max((hi - lo) * 0.3, 0.05)
+    floor, top = lo - pad, hi + pad
+    fig, axes = _figure(8.5, 3.8)
+    ax = axes[0][0]
+    for i, st in enumerate(steps):
+        total = st["kind"] == "total"
+        bottom = floor if total else min(st["start"], st["end"])
+        height = st["end"] - floor if total else max(abs(st["end"] - st["start"]), (top - floor) * 0.003)
+        ax.bar(i, height, bottom=bottom, color=st["color"], width=0.62, zorder=2)
+        text = f"{st['end']:.3f}%" if total else f"{st['end'] - st['start']:+.3f} pp"
+        ax.annotate(
+            text,
+            (i, max(st["start"], st["end"]) if not total else st["end"]),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8.5,
+            color="#0f172a",
+        )
+        if i + 1 < len(steps):  # connector: where the next step starts
+            ax.plot([i + 0.31, i + 0.69], [st["end"]] * 2, color="#64748b", lw=0.8, ls="--", zorder=3)
+    ax.set_xticks(range(len(steps)), labels=[st["label"] for st in steps])
+    ax.set_ylim(floor, top + pad * 0.4)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2f}%"))
+    ax.grid(axis="x", visible=False)
+    diff = steps[-1]["end"] - steps[0]["end"]
+    ax.set_title(f"Stream − {steps[0]['label']} = {diff:+.3f} pp, the sum of the terms (share of left events)")
     return fig
 
 

@@ -50,6 +50,7 @@ from jobs.report.format import (
 )
 from jobs.report.model import ReportData
 from jobs.report.sections import (
+    account_model,
     attribution_model,
     delta_hints,
     deltas_model,
@@ -105,6 +106,7 @@ PLOTS = {
     "memory_vs_window": "window-sweep",
     "boundary_deltas": "boundary-deltas",
     "pt_delay": "pt",
+    "account": "account",
     "attribution": "attribution",
 }
 SECTIONS = (  # (id, title)
@@ -113,6 +115,7 @@ SECTIONS = (  # (id, title)
     ("window-sweep", "Window size: match rate, memory and recovery"),
     ("boundary-deltas", "Window boundary deltas"),
     ("pt", "Processing time (PT) and watermarks"),
+    ("account", "Stream − baseline, term by term"),
     ("attribution", "Why left events went unmatched"),
     ("quality", "Data quality gates and quarantine"),
     ("runbooks", "Runbooks"),
@@ -294,6 +297,12 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
     if pt_rows and isinstance(pt, dict):
         plot("pt_delay", lambda: plots.plot_pt(pt))
 
+    # --- the account (waterfall)
+    acc = part("account")
+    acc_model = _section(sections, "account", lambda: account_model(acc) if isinstance(acc, dict) else None)
+    if acc_model is not None:
+        plot("account", lambda: plots.plot_account(acc))
+
     # --- attribution
     att = part("attribution")
     att_model = _section(
@@ -346,6 +355,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
             deltas=deltas,
             pt_rows=pt_rows or [],
             att=att_model,
+            acc=acc_model,
             gates=gates,
             quarantine=q_model,
             runbooks=runbooks,

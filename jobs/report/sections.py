@@ -11,13 +11,16 @@ from typing import Any
 
 from jobs.accuracy.recommend import bound_advice
 from jobs.report.format import (
+    ACCOUNT_TERMS,
     CAUSES,
     DASH,
     GAIN_CAUSES,
+    OTHER_PARTS,
     SIDE_COLORS,
     VARIANT_COLORS,
     VARIANT_LABELS,
     VARIANTS,
+    WATERFALL_COLORS,
     fmt_bytes,
     fmt_duration,
     fmt_int,
@@ -294,9 +297,110 @@ def pt_model(pt: dict, advice: dict, spec: dict) -> list[dict]:
     return out
 
 
+def account_steps(acc: dict) -> list[dict] | None:
+    """The waterfall of an account, in percent of the ds's left events: the baseline's rate,
+    each term as a step from where the previous one ended, the stream's rate. Steps are built
+    from the integer counts, so the last term ends exactly at the stream's rate. None without
+    the counts the steps need."""
+    n, base, stream = (num(acc.get(k)) for k in ("left_events", "baseline_matched", "stream_matched"))
+    if not n or base is None or stream is None:
+        return None
+    baseline = str(acc.get("baseline") or "baseline")
+
+    def pct(count: float) -> float:
+        return 100 * count / n
+
+    steps = [
+        {
+            "key": "baseline",
+            "label": VARIANT_LABELS.get(baseline, baseline),
+            "kind": "total",
+            "color": VARIANT_COLORS.get(baseline, "#64748b"),
+            "start": 0.0,
+            "end": pct(base),
+            "count": int(base),
+        }
+    ]
+    level = base
+    for term, sign in (("cutoff_gain", 1), ("left_late", -1), ("right_late", -1), ("other", -1)):
+        delta = sign * (num(acc.get(term)) or 0)
+        kind = "gain" if delta >= 0 else "loss"
+        steps.append(
+            {
+                "key": term,
+                "label": ACCOUNT_TERMS[term][0],
+                "kind": kind,
+                "color": WATERFALL_COLORS[kind],
+                "start": pct(level),
+                "end": pct(level + delta),
+                "count": int(delta),
+            }
+        )
+        level += delta
+    steps.append(
+        {
+            "key": "stream",
+            "label": VARIANT_LABELS["stream"],
+            "kind": "total",
+            "color": VARIANT_COLORS["stream"],
+            "start": 0.0,
+            "end": pct(stream),
+            "count": int(stream),
+        }
+    )
+    if level != stream:  # a report whose terms do not add up must not be drawn as if they did
+        raise ValueError(f"the account's terms do not add up: {int(level - base):+d} vs {int(stream - base):+d}")
+    return steps
+
+
+def account_model(acc: dict) -> dict | None:
+    """The account's table: each term with its count and pp (they sum to the difference), the
+    parts of ``other``, and sample left ids of the gains."""
+    steps = account_steps(acc)
+    if steps is None:
+        return None
+    n = num(acc["left_events"]) or 0
+    samples = dict_of(acc.get("samples"))
+
+    def pp(count: float) -> str:
+        return f"{100 * count / n:+.3f}"
+
+    terms = [
+        {
+            "label": s["label"],
+            "color": s["color"],
+            "why": ACCOUNT_TERMS[s["key"]][1],
+            "count": f"{s['count']:+,}",
+            "pp": pp(s["count"]),
+            "samples": [str(x) for x in (samples.get(s["key"]) or [])][:5],
+        }
+        for s in steps[1:-1]
+    ]
+    parts = []
+    for part, (sign, why) in OTHER_PARTS.items():
+        v = -sign * int(num(acc.get(part)) or 0)  # its contribution to stream − baseline
+        ids = [str(x) for x in (samples.get(part) or [])][:5]
+        parts.append({"label": part.replace("_", " "), "why": why, "count": f"{v:+,}", "pp": pp(v), "samples": ids})
+    base, stream = steps[0], steps[-1]
+    diff = stream["count"] - base["count"]
+    return {
+        "steps": steps,
+        "terms": terms,
+        "parts": parts,
+        "baseline": base["label"],
+        "baseline_rate": f"{base['end']:.3f}%",
+        "baseline_count": f"{base['count']:,}",
+        "stream_rate": f"{stream['end']:.3f}%",
+        "stream_count": f"{stream['count']:,}",
+        "difference": f"{diff:+,}",
+        "difference_pp": pp(diff),
+        "left_events": fmt_int(n),
+    }
+
+
 def attribution_model(att: dict) -> dict:
-    counts = dict_of(att.get("counts"))
-    samples = dict_of(att.get("samples"))
+    counts = {k: v for k, v in dict_of(att.get("counts")).items() if k not in GAIN_CAUSES}
+    samples = {k: v for k, v in dict_of(att.get("samples")).items() if k not in GAIN_CAUSES}
     causes = [c for c in CAUSES if c in counts or c in samples] + sorted((set(counts) | set(samples)) - set(CAUSES))
     misses = sum(num(counts.get(c)) or 0 for c in causes if c not in GAIN_CAUSES)
     rows = []

@@ -224,26 +224,55 @@ def test_hourly_match_rates_add_up_to_the_day_and_equal_the_oracle(pipeline, spa
         assert list(got.index) == list(want.index)
 
 
-def test_miss_attribution_explains_every_windowed_match_the_stream_lacks(pipeline, spark, demo_spec, test_settings):
+def test_the_account_adds_up_and_attribution_explains_every_match_the_stream_lacks(
+    pipeline, spark, demo_spec, test_settings
+):
+    """For every ds and baseline: the account's terms sum exactly (in left events) to what compare
+    wrote, the gains and losses are the stream's and the baseline's matched left events' set
+    differences, and the cut-off gain against the windowed baseline is the stream's matches
+    through right events that landed on another ds (from the landed right table)."""
     from jobs.accuracy.attribution import attribute_misses
     from jobs.storage.tables import Tables
 
     t = Tables.of(demo_spec, test_settings)
+    metrics = {(r.ds, r.variant): r for r in _read(spark, t.match_metrics).collect()}
+    right_ds = {r.event_id: r.ds for r in _read(spark, t.landed("right")).select("event_id", "ds").collect()}
+    cutoff_gains = 0
     for ds in DAYS:
-        a = attribute_misses(spark, demo_spec, ds, s=test_settings, baseline="batch_1d_windowed")
-        win = _pairs(_read(spark, t.output("batch_1d_windowed")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
         stream = _pairs(_read(spark, t.output("stream")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
-        missed = {lid for lid, _ in win} - {lid for lid, _ in stream}
-        assert a["missed_by_stream"] == len(missed)
-        causes = {k: v for k, v in a["counts"].items() if k != "midnight_gain"}
-        assert sum(causes.values()) == len(missed)
-        # against the windowed baseline only lateness can explain a miss: same window, all read
-        assert causes["outside_window"] == causes["not_yet_processed"] == causes["other"] == 0
-        assert sum(h["late_right"] + h["left_late"] for h in a["by_hour"]) == len(missed)
-        one = _pairs(_read(spark, t.output("batch_1d_1d")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
-        assert a["counts"]["midnight_gain"] == len({lid for lid, _ in stream} - {lid for lid, _ in one})
-        for ids in a["samples"].values():
-            assert set(ids) <= (missed | {lid for lid, _ in stream})
+        s_ids = {lid for lid, _ in stream}
+        for baseline in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed"):
+            att = attribute_misses(spark, demo_spec, ds, s=test_settings, baseline=baseline)
+            a = att["account"]
+            assert (a["ds"], a["baseline"], att["baseline"]) == (str(ds), baseline, baseline)
+            stream_m, base_m = metrics[(ds, "stream")], metrics[(ds, baseline)]
+            assert a["left_events"] == stream_m.left_events == base_m.left_events
+            assert (a["stream_matched"], a["baseline_matched"]) == (stream_m.matched_left, base_m.matched_left)
+            terms = a["cutoff_gain"] - a["left_late"] - a["right_late"] - a["other"]
+            assert terms == stream_m.matched_left - base_m.matched_left, (ds, baseline, a)
+            assert a["other"] == a["outside_window"] + a["not_yet_processed"] + a["unexplained"] - a["other_gain"]
+            base = _pairs(_read(spark, t.output(baseline)), f"ds = '{ds}' AND right_event_id IS NOT NULL")
+            b_ids = {lid for lid, _ in base}
+            gained, missed = s_ids - b_ids, b_ids - s_ids
+            assert a["cutoff_gain"] + a["other_gain"] == len(gained)
+            assert att["missed_by_stream"] == sum(att["counts"].values()) == len(missed)
+            assert a["left_late"] + a["right_late"] + a["outside_window"] + a["not_yet_processed"] + a[
+                "unexplained"
+            ] == len(missed)
+            # gains are terms of the account, never miss causes
+            assert not {"midnight_gain", "cutoff_gain", "other_gain"} & set(att["counts"])
+            for ids in att["samples"].values():
+                assert set(ids) <= missed
+            for ids in a["samples"].values():
+                assert set(ids) <= gained
+            if baseline == "batch_1d_windowed":
+                other_day = {lid for lid, rid in stream if right_ds.get(rid) != ds}
+                assert a["cutoff_gain"] == len(gained & other_day)
+                cutoff_gains += a["cutoff_gain"]
+                # against the windowed baseline only lateness explains a miss: same window, all read
+                assert a["outside_window"] == a["not_yet_processed"] == a["unexplained"] == 0
+                assert sum(h["late_right"] + h["left_late"] for h in att["by_hour"]) == len(missed)
+    assert cutoff_gains > 0, "the demo's clicks after midnight should show as cut-off gains"
 
 
 def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spark, demo_spec, test_settings):
@@ -267,6 +296,7 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
         "sweep",
         "pt",
         "attribution",
+        "account",
         "recommendation",
         "gates",
         "runbooks",
@@ -283,8 +313,10 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
         "pt_delay",
         "boundary_deltas",
         "attribution",
+        "account",
     ):
         assert (folder / f"{png}.png").stat().st_size > 5000
+    assert data["account"]["baseline"] == demo_spec.accuracy.baseline
     rec = data["recommendation"]
     assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1
     rec_file = Path(test_settings.path("recommendations", demo_spec.pipeline)) / f"{DAYS[-1]}.json"

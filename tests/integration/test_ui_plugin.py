@@ -166,6 +166,20 @@ def test_overview_shows_each_pipeline(client, reports_root):
     assert "No accuracy reports yet" not in html
 
 
+def test_overview_draws_the_latest_account_as_a_waterfall(client, reports_root):
+    html = client.get("/joinshift/").text
+    acc = json.loads((reports_root / PIPELINE / NEWEST / "report.json").read_text())["account"]
+    svg = re.search(r'<svg class="waterfall".*?</svg>', html, re.S)
+    assert svg, "no waterfall on the page"
+    terms = re.findall(r'data-term="(\w+)"', svg.group(0))
+    assert terms == ["baseline", "cutoff_gain", "left_late", "right_late", "other", "stream"]
+    n = acc["left_events"]
+    assert f"{100 * acc['baseline_matched'] / n:.2f}%" in svg.group(0)
+    assert f"{100 * acc['stream_matched'] / n:.2f}%" in svg.group(0)
+    assert f"{100 * acc['cutoff_gain'] / n:+.2f}" in svg.group(0)
+    assert f"{100 * (acc['stream_matched'] - acc['baseline_matched']) / n:+.3f} pp" in html
+
+
 def test_linked_report_files_are_served(client, reports_root):
     html = client.get("/joinshift/").text
     for href in {h for h in _links(html) if h.startswith("reports/")}:
@@ -483,6 +497,7 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert frame.locator(".badge.pass[data-gate]").count() == 4
         assert frame.locator('.badge.pass[data-gate="raw_left"]').count() >= 1
         assert frame.locator("svg.trend path").count() == 4
+        assert frame.locator("svg.waterfall rect[data-term]").count() == 6  # the latest day's account
         # stream health: the demo's real stream, live from Kafka, the same values as a snapshot here
         from jobs.operate.stream_health import snapshot
         from jobs.report.health_view import health_view

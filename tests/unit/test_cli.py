@@ -98,3 +98,11 @@ def test_a_cutover_without_a_zone_is_utc():
 
     assert parse_cutover("2026-11-20T06:00:00").tzinfo == UTC
     assert parse_cutover("2026-11-20T07:00:00+01:00") == parse_cutover("2026-11-20T06:00:00Z")
+
+
+def test_attribute_refuses_an_unknown_baseline_in_one_line_before_starting_spark(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["attribute", "--ds", "2026-11-20", "--baseline", "stream"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown baseline 'stream'" in err and "batch_1d_windowed" in err

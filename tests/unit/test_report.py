@@ -469,3 +469,64 @@ def test_report_model_round_trips_through_json(data, tmp_path):
     assert json.loads(files.json.read_text()) == {"schema_version": SCHEMA_VERSION, "pipeline": "p", "ds": "2026-11-20"}
     with pytest.raises(ValueError):
         ReportData.model_validate({"pipeline": "p", "ds": "2026-11-20", "unknown_section": 1})
+
+
+# ------------------------------------------------------------------ the account (waterfall)
+
+
+def test_the_waterfall_steps_from_the_baseline_rate_to_the_stream_rate(data):
+    from jobs.report.sections import account_steps
+
+    acc = data["account"]
+    rate = {r["variant"]: r for r in data["match_rates"] if r["ds"] == data["ds"]}
+    steps = account_steps(acc)
+    assert [s["key"] for s in steps] == ["baseline", "cutoff_gain", "left_late", "right_late", "other", "stream"]
+    n = acc["left_events"]
+    assert steps[0]["end"] == pytest.approx(100 * rate[acc["baseline"]]["match_rate"], abs=1e-4)
+    assert steps[-1]["end"] == pytest.approx(100 * rate["stream"]["match_rate"], abs=1e-4)
+    for prev, step in zip(steps[1:-1], steps[2:-1]):
+        assert step["start"] == prev["end"]  # each term starts where the last one ended
+    assert steps[-2]["end"] == pytest.approx(steps[-1]["end"], abs=1e-12)
+    signed = [acc["cutoff_gain"], -acc["left_late"], -acc["right_late"], -acc["other"]]
+    assert [s["count"] for s in steps[1:-1]] == signed
+    assert sum(signed) == acc["stream_matched"] - acc["baseline_matched"] == acc["difference"]
+    for s, v in zip(steps[1:-1], signed):
+        assert s["end"] - s["start"] == pytest.approx(100 * v / n)
+        assert s["kind"] == ("gain" if v >= 0 else "loss")
+
+
+def test_the_account_section_lists_each_term_and_the_difference(rendered, data):
+    _, html = rendered
+    acc = data["account"]
+    body = _section_html(html, "account")
+    assert 'alt="waterfall' in body
+    for term in ("cut-off gain", "left-late loss", "right-late loss", "other"):
+        assert term in body
+    assert f"{acc['cutoff_gain']:+,}" in body and f"{-acc['right_late']:+,}" in body
+    assert f"{acc['difference']:+,}" in body
+    assert f"{100 * acc['difference'] / acc['left_events']:+.3f}" in body
+    assert acc["samples"]["cutoff_gain"][0] in body
+    # gains are not miss causes
+    att = _section_html(html, "attribution")
+    assert "gain" not in att.lower()
+
+
+def test_a_gain_in_an_older_report_is_not_shown_as_a_miss_cause(tmp_path):
+    old = _minimal(
+        attribution={
+            "counts": {"late_right": 7, "midnight_gain": 30},
+            "by_hour": [{"hour": 23, "late_right": 7, "midnight_gain": 30}],
+            "samples": {"late_right": ["L1"], "midnight_gain": ["L2"]},
+        }
+    )
+    files = render_report(old, tmp_path)
+    att = _section_html(files.html.read_text(encoding="utf-8"), "attribution")
+    assert "<code>L1</code>" in att and "<code>L2</code>" not in att and "midnight" not in att
+    assert "account" in files.unavailable  # no account in an older report: "not available yet"
+
+
+def test_an_account_whose_terms_do_not_add_up_is_not_drawn(tmp_path):
+    acc = {"left_events": 100, "stream_matched": 90, "baseline_matched": 92, "cutoff_gain": 5, "right_late": 1}
+    files = render_report(_minimal(account=acc), tmp_path)
+    body = _section_html(files.html.read_text(encoding="utf-8"), "account")
+    assert "do not add up" in body and "account" not in files.images
