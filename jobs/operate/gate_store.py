@@ -145,7 +145,8 @@ def evaluate(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None =
     evaluation of the same ds) and refresh ``state.json``."""
     checks = gate.evaluate_day(measure_day(spark, spec, ds, s), Slo.of(spec))
     now = _now()
-    rows = [(c.ds, c.check, c.status, c.value, c.limit, c.detail, now) for c in checks]
+    f = lambda v: None if v is None else float(v)  # noqa: E731
+    rows = [(c.ds, c.check, c.status, f(c.value), f(c.limit), c.detail, now) for c in checks]
     df = spark.createDataFrame(rows, EVIDENCE_SCHEMA)
     delta_io.upsert(df, Tables.of(spec, s).gate_evidence, ["ds", "check"])
     write_state(status(spark, spec, s), spec, s)
@@ -166,8 +167,8 @@ def _decide(
     s: Settings | None,
 ) -> dict[str, Any]:
     paused = gate.batch_paused(to)
-    if pause_batch is not None and (paused or action == "rollback" or gate.batch_paused(st.stage)):
-        pause_batch(paused)  # a rollback always makes sure the batch DAG runs, whatever it was
+    if pause_batch is not None and paused != gate.batch_paused(st.stage):
+        pause_batch(paused)  # entering or leaving retired: the only stage the gate pauses the batch DAG in
     through = max(st.days) if st.days else None
     row = (
         _now(),
@@ -237,7 +238,8 @@ def rollback(
     s: Settings | None = None,
 ) -> dict[str, Any]:
     """Back to ``shadow`` (or the earlier stage named): the public view reads the batch table again
-    and the batch DAG runs. From ``shadow`` itself it only makes sure of both (it is safe to repeat)."""
+    and, leaving ``retired``, the batch DAG is unpaused. Safe to repeat (from ``shadow`` it records
+    the decision and changes nothing)."""
     st = status(spark, spec, s)
     target = gate.rollback_target(st.stage, to)
     return _decide(
