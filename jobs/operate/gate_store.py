@@ -50,6 +50,13 @@ STATE_DAYS = 14
 PauseBatch = Callable[[bool], None]
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user with no passwd entry
+        return "unknown"
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)  # Spark timestamps: UTC wall time
 
@@ -175,7 +182,7 @@ def _decide(
         action,
         st.stage,
         to,
-        by or getpass.getuser(),
+        by or _user(),
         reason,
         forced,
         len(st.verdict.days_met),
