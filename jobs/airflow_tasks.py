@@ -254,3 +254,18 @@ def replay(spec: str, cutover: str) -> dict:
     from jobs.storage.kafka import bootstrap_servers
 
     return asdict(run(_spark(), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))
+
+
+def gate_evaluate(spec: str, days: list[str]) -> list[dict]:
+    """The cut-over gate's SLO for each day, recorded in ``gate_evidence``; one summary per day
+    (whether it met the SLO, and if not why), and the stage and days met after it."""
+    from jobs.operate import gate, gate_store
+
+    join_spec, spark = _spec(spec), _spark()
+    out = []
+    for day in sorted(days):
+        checks = gate_store.evaluate(spark, join_spec, _ds(day))
+        out.append({"ds": str(day), "met": gate.day_met(checks), "why_not": gate.why_not(checks)})
+    st = gate_store.status(spark, join_spec).as_dict()
+    log.info("cut-over gate %s: stage %s; %s", join_spec.pipeline, st["stage"], st["message"])
+    return out

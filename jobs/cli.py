@@ -245,7 +245,34 @@ def build_parser() -> argparse.ArgumentParser:
         "replay_after_outage, cut_over_and_roll_back",
     )
     rb.add_argument("--commands", action="store_true", help="print only the commands to run, in order")
+    _gate_parser(cmd("gate", commands.cmd_gate, "the cut-over gate: shadow -> canary -> cutover -> retired"), fmt)
     return p
+
+
+def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter]) -> None:
+    """``joinshift gate status|evaluate|promote|rollback|view``."""
+    gsub = gp.add_subparsers(dest="gate_action", required=True, metavar="ACTION")
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        a = gsub.add_parser(name, help=help, description=help, formatter_class=fmt)
+        a.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})")
+        a.add_argument("--json", action="store_true", help="print JSON")
+        return a
+
+    action("status", "stage, days meeting the SLO / required, and why the next promotion waits")
+    ev = action("evaluate", "check a ds (or range) against the SLO and record the evidence")
+    ev.add_argument("--ds", type=_date, required=True, help="first ds, YYYY-MM-DD")
+    ev.add_argument("--to", type=_date, help="last ds of a range (inclusive)")
+    pr = action("promote", "one stage on; refused (exit 2, saying why) until the SLO held for the required days")
+    pr.add_argument("--force", action="store_true", help="promote without the days met (needs --reason)")
+    pr.add_argument("--reason", help="why (recorded with the decision)")
+    pr.add_argument("--by", help="who decides (default: the OS user)")
+    rb = action("rollback", "back to shadow (or --to an earlier stage): batch serves again, its DAG runs")
+    rb.add_argument("--to", choices=("shadow", "canary", "cutover"), help="the stage to go back to (default shadow)")
+    rb.add_argument("--reason", help="why (recorded with the decision)")
+    rb.add_argument("--by", help="who decides (default: the OS user)")
+    vw = action("view", "which table the public (or canary) view reads now, and its rows")
+    vw.add_argument("--canary", action="store_true", help="the canary view instead of the public one")
 
 
 _HANDLER = "joinshift-cli"

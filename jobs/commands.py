@@ -406,3 +406,81 @@ def cmd_runbook(args: argparse.Namespace) -> int:
     else:
         print(text)
     return 0
+
+
+def _set_batch_dag_paused(paused: bool) -> None:
+    """Pause (the batch join retired) or unpause the batch DAG in Airflow's metadata DB, as
+    `airflow dags pause` does; the project's local Airflow unless AIRFLOW_* point elsewhere."""
+    from jobs.local.airflow_env import apply_airflow_env
+    from jobs.operate.gate import BATCH_DAG
+
+    apply_airflow_env()
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dag = session.get(DagModel, BATCH_DAG)
+        if dag is None:
+            raise UserError(
+                f"{BATCH_DAG} is not in Airflow's metadata DB yet (let Airflow parse dags/, e.g. "
+                "`joinshift airflow dags reserialize`); nothing changed"
+            )
+        dag.is_paused = paused
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """The cut-over gate: status, evaluate a day, promote, roll back, resolve a view."""
+    from jobs.operate import gate_store
+    from jobs.operate.gate import GateRefused, day_met, why_not
+
+    spec = _load_spec(args.spec)
+    spark = _spark("gate")
+    try:
+        if args.gate_action == "evaluate":
+            days = {ds: gate_store.evaluate(spark, spec, ds) for ds in _ds_range(args)}
+            if args.json:
+                _print_json({str(d): [c.as_dict() for c in cs] for d, cs in days.items()})
+            for ds, checks in days.items():
+                if not args.json:
+                    print(f"{ds}: " + ("SLO met" if day_met(checks) else f"SLO not met: {why_not(checks)}"))
+            return 0
+        if args.gate_action == "promote":
+            out = gate_store.promote(
+                spark, spec, force=args.force, reason=args.reason, by=args.by, pause_batch=_set_batch_dag_paused
+            )
+        elif args.gate_action == "rollback":
+            out = gate_store.rollback(
+                spark, spec, to=args.to, reason=args.reason, by=args.by, pause_batch=_set_batch_dag_paused
+            )
+        elif args.gate_action == "view":
+            name = "canary" if args.canary else "public"
+            df = gate_store.view(spark, spec, name)
+            served = gate_store.status(spark, spec).serving[name] or {}
+            out = {"view": spec.pipeline + ("_canary" if args.canary else ""), **served, "rows": df.count()}
+        else:
+            out = gate_store.status(spark, spec).as_dict()
+            if not args.json:
+                print(_gate_summary(out))
+                return 0
+    except GateRefused as exc:
+        raise UserError(str(exc), EXIT_USAGE) from None
+    if args.json or args.gate_action == "view":
+        _print_json(out)
+    else:
+        print(f"{out['action']}: {out['from']} -> {out['to']}; public view reads {out['serving']['public']['variant']}")
+    return 0
+
+
+def _gate_summary(st: dict[str, Any]) -> str:
+    """`joinshift gate status` for people: stage, days met, why not, the latest days."""
+    serve = st["serving"]
+    lines = [
+        f"{st['pipeline']}: stage {st['stage']} ({' -> '.join(st['stages'])})",
+        f"  public view reads {serve['public']['variant']}"
+        + (f", canary view reads {serve['canary']['variant']}" if serve.get("canary") else ", no canary view")
+        + (f"; {st['batch_dag']} paused" if st["batch_dag_paused"] else ""),
+        f"  days met {len(st['days_met'])}/{st['days_required']}: {st['message']}",
+    ]
+    for d in st["days"][:7]:
+        lines.append(f"  {d['ds']}: " + ("met" if d["met"] else f"not met: {d['why_not']}"))
+    return "\n".join(lines)

@@ -485,6 +485,62 @@ def _runbooks(data: dict) -> list[dict]:
     return out
 
 
+#: Days of the cut-over gate's evidence listed per pipeline.
+GATE_DAYS = 7
+
+
+def cutover_gate(pipeline: str) -> dict | None:
+    """The cut-over gate's stage, days met / required and why not, from the pipeline's
+    ``state.json`` (written by every ``joinshift gate`` command and the ``joinshift_gate`` DAG);
+    None when the gate never ran; an ``error`` entry when the file cannot be read."""
+    try:
+        from jobs.settings import settings
+        from jobs.storage.tables import gate_state_path
+
+        path = Path(gate_state_path(settings(), pipeline).removeprefix("file://"))
+        if not path.is_file():
+            return None
+        st = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(st, dict):
+            raise ValueError("state.json is not an object")
+    except Exception as e:
+        return {"error": f"The cut-over gate's state could not be read ({type(e).__name__}: {e})."}
+    stages = [str(x) for x in _list(st.get("stages"))]
+    stage = str(st.get("stage") or "shadow")
+    serving = _dict(st.get("serving"))
+    days = []
+    for d in _list(st.get("days"))[:GATE_DAYS]:
+        if not isinstance(d, dict):
+            continue
+        failed = [c for c in _list(d.get("checks")) if isinstance(c, dict) and c.get("status") == "failed"]
+        days.append(
+            {
+                "ds": str(d.get("ds")),
+                "met": d.get("met") is True,
+                "why_not": str(d.get("why_not") or ""),
+                "failed": [str(c.get("check")) for c in failed],
+            }
+        )
+    return {
+        "error": None,
+        "stage": stage,
+        "stages": [
+            {"name": x, "current": x == stage, "done": x in stages[: stages.index(stage)] if stage in stages else False}
+            for x in stages
+        ],
+        "days_met": len(_list(st.get("days_met"))),
+        "days_required": st.get("days_required"),
+        "next": st.get("next"),
+        "allowed": st.get("promotion_allowed") is True,
+        "message": str(st.get("message") or ""),
+        "public": str(_dict(serving.get("public")).get("variant") or "—"),
+        "canary": _dict(serving.get("canary")).get("variant"),
+        "batch_dag": str(st.get("batch_dag") or "joinshift_daily"),
+        "batch_dag_paused": st.get("batch_dag_paused") is True,
+        "days": days,
+    }
+
+
 def _day_rows(pdir: Path, days: list[str], report_mod: Any) -> list[dict]:
     rows = []
     for ds in days[:RECENT_REPORTS]:
@@ -514,6 +570,7 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
         reverse=True,
     )
     p["n_reports"] = len(days)
+    p["gate"] = cutover_gate(name)
     if not days:
         return p
     newest = days[0]

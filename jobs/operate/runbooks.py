@@ -63,6 +63,7 @@ def values(spec_file: str, spec, s=None) -> dict:
         "output_table": t.output("stream"),
         "baseline": spec.accuracy.baseline,
         "tolerance_pp": spec.accuracy.tolerance_pp,
+        "days_required": spec.cutover.days_required,
     }
 
 

@@ -261,6 +261,20 @@ class HealthSpec(_Strict):
         return v
 
 
+class CutoverSpec(_Strict):
+    """The cut-over gate's SLO (``joinshift gate``): what a day must meet, and how many days in a
+    row a promotion needs. Match-rate tolerance and baseline come from ``accuracy``."""
+
+    days_required: int = Field(default=7, ge=1, description="consecutive days meeting the SLO per promotion")
+    max_unexplained_pp: float = Field(
+        default=0.5, ge=0, description="misses the account cannot explain, pp of the day's left events"
+    )
+    max_restarts_per_day: int = Field(default=3, ge=0, description="restarts of the supervised stream per day")
+    max_output_latency: Duration | None = Field(
+        default=None, description="p99 left event time -> output row; unset: not checked"
+    )
+
+
 class JoinSpec(_Strict):
     """A streaming join and its batch baselines, in one object."""
 
@@ -276,6 +290,7 @@ class JoinSpec(_Strict):
     accuracy: AccuracySpec = AccuracySpec()
     streaming: StreamingOptions = StreamingOptions()
     health: HealthSpec = HealthSpec()
+    cutover: CutoverSpec = CutoverSpec()
 
     @field_validator("pipeline")
     @classmethod

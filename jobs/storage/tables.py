@@ -13,6 +13,11 @@ from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 
 
+def gate_state_path(s: Settings, pipeline: str) -> str:
+    """``<storage_root>/gate/<pipeline>/state.json`` (what the UI reads, knowing only the name)."""
+    return s.path("gate", pipeline, "state.json")
+
+
 @dataclass(frozen=True)
 class Tables:
     spec: JoinSpec
@@ -56,6 +61,21 @@ class Tables:
     @property
     def stream_progress(self) -> str:
         return self._t("stream_progress")
+
+    @property
+    def gate_evidence(self) -> str:
+        """The cut-over gate's checks, one row per (ds, check)."""
+        return self._t("gate_evidence")
+
+    @property
+    def gate_decisions(self) -> str:
+        """Every promotion and rollback of the cut-over gate: who, when, from, to, why."""
+        return self._t("gate_decisions")
+
+    def gate_state(self) -> str:
+        """The gate's current stage, serving tables and latest days as JSON: what consumers and the
+        UI read without Spark (rewritten from the two tables after every gate command)."""
+        return gate_state_path(self.settings, self.spec.pipeline)
 
     def checkpoint(self, query: str = "stream_join") -> str:
         return self.settings.checkpoint_path(self.spec.pipeline, query)

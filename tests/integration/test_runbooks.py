@@ -133,5 +133,13 @@ def test_replay_after_outage(spark, deployed):
 
 
 def test_cut_over_and_roll_back(spark, deployed, test_settings):
-    _run_runbook("cut_over_and_roll_back", deployed)
+    import json
+
+    from jobs.storage.tables import Tables
+
+    ran = _run_runbook("cut_over_and_roll_back", deployed)
     assert (Path(test_settings.path("reports", NAME)) / str(DAY) / "report.html").exists()
+    assert ["gate", "promote", "--spec", deployed["spec_file"]] in ran  # refused: one day, not seven
+    state = json.loads(Path(Tables.of(deployed["spec"]).gate_state()).read_text())
+    assert state["stage"] == "shadow" and state["days"][0]["ds"] == str(DAY)
+    assert state["decisions"][-1]["action"] == "rollback"

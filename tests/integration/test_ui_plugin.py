@@ -60,7 +60,27 @@ def storage_root(tmp_path_factory) -> Path:
     write_example_reports(root, DAYS)
     (root / "secret.html").write_text("TOP-SECRET outside the reports root")
     (root / "reports" / PIPELINE / "escape.html").symlink_to(root / "secret.html")
+    _write_gate_state(root)
     return root
+
+
+def _write_gate_state(root: Path) -> None:
+    """The cut-over gate's state.json as `joinshift gate` writes it: shadow, two days met of seven,
+    the day before failed on its match rate."""
+    from datetime import date
+
+    from jobs.operate import gate
+    from jobs.operate.gate_store import GateStatus
+    from jobs.spec import load_spec, spec_path
+
+    spec = load_spec(spec_path())
+    m = {d: gate.Measurements(d, 1000, 0.93, 0.935, 1, 0, 0, None, 0) for d in map(date.fromisoformat, DAYS)}
+    m[date.fromisoformat(DAYS[0])] = gate.Measurements(date.fromisoformat(DAYS[0]), 1000, 0.91, 0.935, 1, 0, 0)
+    days = {d: gate.evaluate_day(x, gate.Slo.of(spec)) for d, x in m.items()}
+    st = GateStatus(PIPELINE, "shadow", gate.promotion("shadow", days, None, gate.Slo.of(spec)), days, [], {
+        "public": {"variant": "batch_1d_windowed", "table": "t"}, "canary": None})  # fmt: skip
+    (root / "gate" / PIPELINE).mkdir(parents=True)
+    (root / "gate" / PIPELINE / "state.json").write_text(json.dumps(st.as_dict(), default=str))
 
 
 @pytest.fixture(scope="module")
@@ -251,6 +271,22 @@ def test_empty_state_and_missing_folder(plugin, tmp_path):
             assert r.status_code == 200
             assert "No accuracy reports yet — run joinshift demo or the joinshift_report DAG" in r.text
             assert c.get("/joinshift/reports/x/report.html").status_code == 404
+
+
+def test_cutover_gate_panel_shows_stage_days_met_and_why_not(plugin, monkeypatch, storage_root, reports_root):
+    from jobs.settings import settings
+
+    monkeypatch.setenv("JOINSHIFT_STORAGE_ROOT", str(storage_root))
+    settings.cache_clear()
+    try:
+        with _client(plugin, reports_root) as c:
+            html = c.get("/joinshift/").text
+    finally:
+        settings.cache_clear()
+    assert 'data-gate-stage="shadow"' in html
+    assert re.search(r"<b data-gate-days>2/7</b>", html)
+    assert f"{DAYS[0]} failed: match rate -2.50 pp below batch_1d_windowed (tolerance 1.5)" in html
+    assert plugin.cutover_gate("no_such_pipeline") is None
 
 
 def test_reports_root_from_settings(plugin, monkeypatch, tmp_path):
@@ -497,6 +533,8 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         assert frame.locator(".badge.pass[data-gate]").count() == 4
         assert frame.locator('.badge.pass[data-gate="raw_left"]').count() >= 1
         assert frame.locator("svg.trend path").count() == 4
+        assert frame.locator('[data-gate-stage="shadow"] [data-gate-days]').inner_text() == "2/7"
+        assert "failed: match rate" in frame.locator('[data-gate-stage="shadow"] [data-gate-why]').inner_text()
         assert frame.locator("svg.waterfall rect[data-term]").count() == 6  # the latest day's account
         # stream health: the demo's real stream, live from Kafka, the same values as a snapshot here
         from jobs.operate.stream_health import snapshot

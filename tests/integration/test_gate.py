@@ -1,0 +1,195 @@
+"""The cut-over gate end to end on real Spark, Delta and Airflow (``dag.test()``), through the CLI.
+
+A small pipeline of its own with five crafted days (20 searches a day, most clicked): landed
+tables, the batch baseline joined by the product's join, the stream's output equal to it with an
+``emitted_at`` ten minutes after each search, match metrics from ``compare``. On the second day
+the stream lost four clicked searches, so that day breaks the SLO and promotion waits; after
+three good days in a row (the last evaluated by the ``joinshift_gate`` DAG) it promotes; forced
+promotions (reason recorded) go on to retire, which pauses ``joinshift_daily``; a rollback
+restores the batch view and unpauses the batch DAG.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+NAME = "gate_it"
+DAYS = [date(2026, 11, 16) + timedelta(days=i) for i in range(5)]
+BAD_DAY = DAYS[1]
+LOST = 4
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    from jobs.cli import CommandFailed, main
+
+    try:
+        return main(argv), ""
+    except CommandFailed as exc:
+        return int(exc.code or 0), str(exc)
+
+
+def _events(spark, spec, side: str, rows: list[tuple]):
+    from pyspark.sql import functions as F
+
+    st = spec.side(side)
+    schema = ", ".join(f"{c} {'timestamp' if t == 'timestamp' else 'int' if t == 'int' else 'string'}"
+                       for c, t in st.schema_.items())  # fmt: skip
+    df = spark.createDataFrame(rows, schema)
+    return df.select(
+        *st.schema_,
+        (F.col(st.event_time) + F.expr("INTERVAL 1 MINUTE")).alias("_arrival_time"),
+        F.lit(0).alias("_partition"),
+        F.monotonically_increasing_id().alias("_offset"),
+        F.to_date(F.col(st.event_time) + F.expr("INTERVAL 1 MINUTE")).alias("ds"),
+    )
+
+
+@pytest.fixture(scope="module")
+def pipeline(spark, dagbag, own_pipeline_spec, test_root, test_settings):
+    from pyspark.sql import functions as F
+
+    from jobs.join.conditions import join_events
+    from jobs.operate.health import health_log
+    from jobs.spec import CutoverSpec, write_spec
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec(
+        NAME, cutover=CutoverSpec(days_required=3, max_output_latency=timedelta(hours=1), max_restarts_per_day=2)
+    )
+    spec_file = write_spec(spec, test_root / NAME / "spec.yaml")
+    tables = Tables.of(spec)
+    left, right = [], []
+    for d in DAYS:
+        for i in range(20):
+            t = datetime(d.year, d.month, d.day, 8 + i // 2, 7 * i % 60)
+            left.append((f"{d}-l{i}", f"{d}-s{i}", t, "shoes", 10))
+            if i < 15:  # 15 of 20 searches are clicked 5 minutes later
+                right.append((f"{d}-r{i}", f"{d}-s{i}", t + timedelta(minutes=5), "click", 1))
+    lf, rf = _events(spark, spec, "left", left), _events(spark, spec, "right", right)
+    lf.write.format("delta").partitionBy("ds").save(tables.landed("left"))
+    rf.write.format("delta").partitionBy("ds").save(tables.landed("right"))
+    lf, rf = (spark.read.format("delta").load(tables.landed(side)) for side in ("left", "right"))
+    batch = join_events(lf, rf, spec, windowed=True)  # every click lands on its search's ds
+    batch.write.format("delta").partitionBy("ds").save(tables.output("batch_1d_windowed"))
+    lost = [f"{BAD_DAY}-l{i}" for i in range(LOST)]  # the stream lost four clicked searches of one day
+    stream = batch.withColumn("emitted_at", F.col("left_event_time") + F.expr("INTERVAL 10 MINUTES"))
+    stream.where(~F.col("left_event_id").isin(lost)).write.format("delta").partitionBy("ds").save(
+        tables.output("stream")
+    )
+    from jobs.accuracy.compare import compare_ds
+
+    for d in DAYS:
+        compare_ds(spark, spec, d)
+    hl = health_log(spec)
+    hl.parent.mkdir(parents=True, exist_ok=True)
+    samples = [("running", DAYS[2]), ("exited", DAYS[2]), ("running", DAYS[3])]  # one restart on the 18th
+    hl.write_text("".join(json.dumps({"sampled_at": f"{d}T12:00:0{i}+00:00", "state": s}) + "\n"
+                          for i, (s, d) in enumerate(samples)))  # fmt: skip
+    return {"spec": spec, "file": str(spec_file), "tables": tables}
+
+
+def _batch_dag_paused() -> bool:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    from jobs.operate.gate import BATCH_DAG
+
+    with create_session() as session:
+        dm = session.get(DagModel, BATCH_DAG)
+        assert dm is not None, "the DAG test syncs the bundle's DAGs to the metadata DB"
+        return bool(dm.is_paused)
+
+
+def _set_paused(paused: bool) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.get(DagModel, "joinshift_daily").is_paused = paused
+
+
+def _view(spark, spec, name: str):
+    from jobs.operate import gate_store
+
+    return gate_store.status(spark, spec).serving[name]
+
+
+def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(spark, dagbag, pipeline, test_settings):
+    from jobs.operate import gate_store
+
+    spec, f, tables = pipeline["spec"], pipeline["file"], pipeline["tables"]
+    code, _ = _run(["gate", "evaluate", "--spec", f, "--ds", str(DAYS[0]), "--to", str(DAYS[3])])
+    assert code == 0
+    days = gate_store.read_days(spark, spec)
+    bad = {c.check: c for c in days[BAD_DAY]}
+    assert bad["match_rate"].status == "failed" and bad["match_rate"].value == pytest.approx(-20.0)
+    assert bad["lost_rows"].status == "failed" and bad["lost_rows"].value == LOST
+    assert bad["unexplained_misses"].status == "failed"
+    good = {c.check: c for c in days[DAYS[2]]}
+    assert {c.status for c in good.values()} == {"met"}, good
+    assert good["latency_p99"].value == pytest.approx(600.0)
+    assert good["restarts"].value == 1
+
+    # two good days after the bad one: promotion waits, saying which day failed and why
+    code, msg = _run(["gate", "promote", "--spec", f])
+    assert code == 2
+    assert msg == (
+        "joinshift gate: promotion to canary needs 3 consecutive days meeting the SLO; 2 met (2026-11-18..19); "
+        "2026-11-17 failed: match rate -20.00 pp below batch_1d_windowed (tolerance 1.5); "
+        "4 unexplained misses = 20.00 pp of 20 left events (limit 0.5 pp); "
+        "4 landed left events in neither output nor a count"
+    )
+
+    # the daily DAG evaluates the third good day; then the promotion goes through
+    dr = dagbag.get_dag("joinshift_gate").test(
+        logical_date=datetime(DAYS[4].year, DAYS[4].month, DAYS[4].day, tzinfo=UTC), run_conf={"spec": f}
+    )
+    assert "success" in str(dr.state).lower()
+    assert _run(["gate", "promote", "--spec", f, "--by", "tester"])[0] == 0
+    assert _view(spark, spec, "public")["table"] == tables.output("batch_1d_windowed")
+    assert _view(spark, spec, "canary")["table"] == tables.output("stream")
+    views = gate_store.register_views(spark, spec)
+    assert views == {NAME: "batch_1d_windowed", f"{NAME}_canary": "stream"}
+    assert spark.table(f"{NAME}_canary").count() == spark.read.format("delta").load(tables.output("stream")).count()
+
+    # the canary stage earns its own days: without new ones only a forced promotion (with a reason) goes on
+    code, msg = _run(["gate", "promote", "--spec", f])
+    assert code == 2 and "no day evaluated after 2026-11-20" in msg
+    assert _run(["gate", "promote", "--spec", f, "--force"]) == (
+        2,
+        "joinshift gate: --force needs --reason TEXT (recorded with the decision)",
+    )
+    assert _run(["gate", "promote", "--spec", f, "--force", "--reason", "consumers asked"])[0] == 0
+    assert _view(spark, spec, "public")["variant"] == "stream"
+
+    _set_paused(False)
+    assert _run(["gate", "promote", "--spec", f, "--force", "--reason", "batch no longer needed"])[0] == 0
+    assert _batch_dag_paused(), "retiring the batch join pauses joinshift_daily"
+    state = json.loads(Path(tables.gate_state()).read_text())
+    assert state["stage"] == "retired" and state["batch_dag_paused"] is True
+
+    # rollback from retired: the public view reads the batch output again and the batch DAG runs
+    assert _run(["gate", "rollback", "--spec", f, "--reason", "late clicks missing"])[0] == 0
+    assert not _batch_dag_paused()
+    assert _view(spark, spec, "public")["table"] == tables.output("batch_1d_windowed")
+    assert _view(spark, spec, "canary") is None
+    assert gate_store.register_views(spark, spec) == {NAME: "batch_1d_windowed"}
+    assert spark.table(NAME).count() == spark.read.format("delta").load(tables.output("batch_1d_windowed")).count()
+    assert not spark.catalog.tableExists(f"{NAME}_canary")
+    decisions = gate_store.read_decisions(spark, spec)
+    assert [(d["from_stage"], d["to_stage"], d["forced"]) for d in decisions] == [
+        ("shadow", "canary", False),
+        ("canary", "cutover", True),
+        ("cutover", "retired", True),
+        ("retired", "shadow", False),
+    ]
+    assert decisions[0]["by"] == "tester" and decisions[0]["through_ds"] == DAYS[4]
+    assert "late clicks missing" in decisions[-1]["reason"]
+    state = json.loads(Path(tables.gate_state()).read_text())
+    assert state["stage"] == "shadow" and state["days"][0]["ds"] == str(DAYS[4])
