@@ -99,6 +99,7 @@ INDEX_TEMPLATE_NAME = "index.html.j2"
 #: Plot files, in report order, with the section they belong to.
 PLOTS = {
     "match_rate_by_day": "match-rate",
+    "pareto": "recommendation",
     "match_rate_vs_window": "window-sweep",
     "memory_vs_window": "window-sweep",
     "boundary_deltas": "boundary-deltas",
@@ -240,10 +241,19 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
 
     # --- recommendation
     rec = part("recommendation")
+    advice = part("watermark_advice")
     rec_model = _section(
-        sections, "recommendation", lambda: recommendation_model(rec, spec) if isinstance(rec, dict) else None
+        sections,
+        "recommendation",
+        lambda: (
+            recommendation_model(rec, spec, advice if isinstance(advice, dict) else None)
+            if isinstance(rec, dict)
+            else None
+        ),
     )
     head = build_headline(data, mr, gates, rec_model["sentence"] if rec_model else None)
+    if rec_model and rec_model["frontier"]:
+        plot("pareto", lambda: plots.plot_pareto(rec, head["base"], head["baseline_label"]))
 
     # --- sweep (Fig 9, 10)
     deployed, recommended = windows_of(data)
@@ -279,7 +289,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
         plot("boundary_deltas", lambda: plots.plot_boundary_deltas(bd))
 
     # --- PT (Fig 12) and watermark advice
-    pt, advice = part("pt"), part("watermark_advice")
+    pt = part("pt")
     pt_rows = _section(
         sections,
         "pt",

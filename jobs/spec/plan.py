@@ -320,6 +320,11 @@ RULES: list[tuple[str, str, str]] = [
         REPORT_ONLY,
         "{field} is read by compare, gates and recommendation only; the streaming job does not use it.",
     ),
+    (
+        "budgets.*",
+        REPORT_ONLY,
+        "{field} is read by the recommendation and the cut-over gate only; the streaming job does not use it.",
+    ),
 ]
 
 _UNKNOWN = (
