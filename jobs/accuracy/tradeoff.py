@@ -349,9 +349,9 @@ def observe(
         )
         .toPandas()
     )
-    index = pd.Index(left.id)
-    pl = index.get_indexer(pairs.lid)
-    pairs = pairs[pl >= 0]
+    # by id, not position: a left row is a left event (an id landed twice pairs twice, as it counts twice)
+    pairs = pairs.merge(pd.DataFrame({"lid": left.id, "_li": np.arange(len(left))}), on="lid")
+    pl = pairs._li.to_numpy(np.int64)
     obs = Observed(
         cadence=cadence,
         clock=clock,
@@ -359,7 +359,7 @@ def observe(
         left_ds=pd.Categorical(left.ds, categories=day_names).codes.astype(np.int64),
         left_t_us=left.e.to_numpy(np.int64),
         left_batch=clock.batch_of(left.a, cadence),
-        pair_left=pl[pl >= 0].astype(np.int64),
+        pair_left=pl,
         pair_d_us=pairs.d.to_numpy(np.int64),
         pair_right_t_us=pairs.rt.to_numpy(np.int64),
         pair_right_batch=clock.batch_of(pairs.ra, cadence),
