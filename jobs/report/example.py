@@ -198,7 +198,7 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
                     "p99_latency_s": up + wm + 120,
                     "memory_bytes": 4e6 * (1 + (up + wm) / 3600),
                 }
-                for up, wm, drop in ((600, 600, 0.03), (1200, 1200, 0.015), (1800, 2400, 0.008), (1800, 5400, 0.004))
+                for up, wm, drop in ((600, 600, 0.03), (1200, 1200, 0.015), (1800, 2400, 0.008))
             ]
             + [
                 {
