@@ -371,8 +371,6 @@ def observe(
 
 
 def stream_lateness(spec: JoinSpec, rec: dict, obs: Observed, chosen: Any) -> dict[str, StreamLateness]:
-    from jobs.accuracy.lateness import behind_maxima, survives
-
     """Per stream: its records' lateness behind its own max, and the share the deployed and the
     chosen (``left_delay_s``, ``right_delay_s``) watermarks drop, with what the p99 rests on."""
     out = {}
