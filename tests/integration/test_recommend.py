@@ -49,12 +49,38 @@ def test_the_prediction_at_the_deployed_settings_is_the_stream_that_ran(
         + ", ".join(f"{ds} {100 * dep.per_ds[ds]:.3f}% vs {100 * measured[ds]:.3f}%" for ds in sorted(measured))
         + f"; without late loss {100 * dep.window_rate:.3f}%"
     )
+    _diagnose(spark, demo_spec, test_settings, dep, overall)
     assert set(dep.per_ds) == set(measured)
     assert dep.window_rate > overall  # the demo's hours-late clicks cost the stream something ...
     assert abs(dep.match_rate - overall) * 100 <= WITHIN_PP  # ... and the model says exactly what
     for ds, rate in measured.items():
         assert abs(dep.per_ds[ds] - rate) * 100 <= 2 * WITHIN_PP, ds
     assert rec.stream_match_rate == pytest.approx(overall)
+
+
+def _diagnose(spark, spec, settings, dep, measured: float) -> None:
+    """Print what the prediction rests on: batches run vs modelled, and the other late-filter lags."""
+    import numpy as np
+
+    from jobs.accuracy.lateness import Cadence
+    from jobs.accuracy.tradeoff import observe
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = read_progress(Tables.of(spec, settings).progress_log(JOIN_QUERY))
+    ran = len({p["batchId"] for p in progress if (p.get("numInputRows") or 0) > 0})
+    for lag in (1, 2, 3):
+        obs, _ = observe(
+            spark, spec, DAYS, Cadence(SLICE_MINUTES * 60, True, lag), (dep.lower_s, dep.upper_s), settings
+        )
+        left_ok = obs.left_survival(dep.left_delay_s, dep.right_delay_s)
+        ok = obs.pair_ok(dep.left_delay_s, dep.right_delay_s, left_ok)
+        rate = float((obs.nearest_at_or_above(ok, dep.lower_s) <= dep.upper_s * 1_000_000).sum()) / obs.left_events
+        print(
+            f"late lag {lag}: predicted {100 * rate:.3f}% ({100 * (rate - measured):+.3f} pp); "
+            f"batches modelled {len(obs.clock.end_ms)}, run with data {ran}; "
+            f"left dropped {int((~left_ok).sum())}, pairs dropped {int(np.sum(~ok))}"
+        )
 
 
 def test_the_choice_respects_the_budgets_and_is_on_the_frontier(replay_recommendation, demo_spec):
