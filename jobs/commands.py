@@ -290,6 +290,8 @@ def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: in
         f"p99 latency predicted {fmt_duration(res.predicted_p99_latency_s)}, measured "
         f"{fmt_duration(res.measured_p99_latency_s)} over {res.output_rows:,} output rows"
     )
+    for note in res.notes:
+        console.print(f"  - {note}")
     ok = res.within()
     verdict = "within" if ok else "NOT within"
     console.print(f"[{'green' if ok else 'red'}]match rate {verdict} {PROMISE_PP} pp of the prediction[/]")

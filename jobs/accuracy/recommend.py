@@ -380,6 +380,7 @@ def recommend(
             "sample_share": obs.sample_share,
             "batches": int(len(obs.clock.end_ms)),
             "cadence_s": cadence.batch_s,
+            "late_lag": cadence.late_lag,
         },
     )
 

@@ -171,6 +171,24 @@ def verify(
         spark, trial, bootstrap=bootstrap, days=days, source=spec, slice_minutes=slice_minutes, s=s, on_slice=on_slice
     )
     matched, left, lat = measure(spark, trial, spec, days, s)
-    return compare(
+    res = compare(
         c.per_ds, c.match_rate, matched, left, c.p99_latency_s, lat, pipeline=trial.pipeline, cadence=rec.cadence
+    )
+    res.notes.append(_batches_note(trial, rec, s))
+    return res
+
+
+def _batches_note(trial: JoinSpec, rec: Any, s=None) -> str:
+    """How many micro-batches the trial ran against how many the prediction assumed: a slice read in
+    two batches, or no-data batches between slices (which move the late filter one batch closer,
+    ``Cadence.late_lag`` 1), would show here first."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = {p["batchId"]: p for p in read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))}
+    data = sum(1 for p in progress.values() if (p.get("numInputRows") or 0) > 0)
+    return (
+        f"the trial ran {len(progress)} micro-batches ({data} with data, {len(progress) - data} without); "
+        f"the prediction assumed {rec.inputs.get('batches')} (one per non-empty slice, late lag "
+        f"{rec.inputs.get('late_lag')} batches)"
     )
