@@ -245,3 +245,24 @@ def test_budgets_are_part_of_the_spec(demo_spec_data):
             parse_spec(data)
     del data["budgets"]
     assert parse_spec(data).budgets.output_latency is None  # both optional
+
+
+def test_verify_compares_like_with_like_and_clears_only_trial_pipelines(demo_spec, tmp_path):
+    from types import SimpleNamespace
+
+    from jobs.accuracy.verify import clear_trial, verify
+    from jobs.settings import Settings
+
+    rec = SimpleNamespace(cadence="live, 1-minute trigger")
+    ran = []
+    with pytest.raises(ValueError, match="predicted for live, 1-minute trigger"):
+        verify(None, demo_spec, rec, [], bootstrap="x", slice_minutes=30, run=lambda *a, **k: ran.append(a))
+    assert not ran  # nothing replayed for a prediction of another cadence
+    with pytest.raises(ValueError, match="not a trial pipeline"):
+        clear_trial(demo_spec)
+    s = Settings(storage_root=str(tmp_path))
+    trial = verify_spec(demo_spec, -600, 600, 0, 0)
+    old = tmp_path / "tables" / trial.pipeline / "x"
+    old.mkdir(parents=True)
+    clear_trial(trial, s)
+    assert not old.exists()
