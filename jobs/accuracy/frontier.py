@@ -83,6 +83,12 @@ def describe(c: pd.Series) -> str:
     )
 
 
+def _least(df: pd.DataFrame, first: str, then: str) -> pd.Series:
+    """The candidate with the least ``first``; ties: the best match rate, then the least ``then``."""
+    d = df.assign(_k=_rate_key(df.match_rate)).sort_values([first, "_k", then], ascending=[True, False, True])
+    return d.iloc[0].drop("_k")
+
+
 def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     """When no candidate within the budgets reaches the floor: which budget to relax, by how much."""
     if limits.floor_rate is None:
@@ -101,7 +107,7 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     if limits.latency_s is not None:
         opt = good[fits(good, mem_only)]
         if not opt.empty:
-            c = opt.sort_values(["p99_latency_s", "memory_bytes"]).iloc[0]
+            c = _least(opt, "p99_latency_s", "memory_bytes")
             out.append(
                 f"latency {fmt_duration(limits.latency_s)} fits nothing {limits.floor_label}; "
                 f"{fmt_duration(_nice_up(c.p99_latency_s))} would (predicted {100 * c.match_rate:.2f}%, {describe(c)})"
@@ -109,13 +115,13 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     if limits.memory_bytes is not None:
         opt = good[fits(good, lat_only)]
         if not opt.empty:
-            c = opt.sort_values(["memory_bytes", "p99_latency_s"]).iloc[0]
+            c = _least(opt, "memory_bytes", "p99_latency_s")
             out.append(
                 f"state memory {format_bytes(limits.memory_bytes)} fits nothing {limits.floor_label}; "
                 f"{format_bytes(c.memory_bytes)} would (predicted {100 * c.match_rate:.2f}%, {describe(c)})"
             )
     if not out:
-        c = good.sort_values(["p99_latency_s", "memory_bytes"]).iloc[0]
+        c = _least(good, "p99_latency_s", "memory_bytes")
         out.append(
             f"neither budget alone fits anything {limits.floor_label}; relax both: latency to "
             f"{fmt_duration(_nice_up(c.p99_latency_s))} and state memory to {format_bytes(c.memory_bytes)} "

@@ -121,5 +121,8 @@ def test_recommend_command_prints_the_frontier_and_saves_it(demo_pipeline, demo_
     assert saved["cadence"] == f"replay-as-live with {SLICE_MINUTES}-minute slices"
     if not saved["fits_budgets"] or not saved["within_tolerance"]:
         assert saved["relax"] and "relax:" in out
-    assert main(["recommend", *days, "--state-memory", "lots"]) == 2
-    assert "budgets.state_memory" in capsys.readouterr().err
+    from jobs.cli import CommandFailed
+
+    with pytest.raises(CommandFailed) as bad:
+        main(["recommend", *days, "--state-memory", "lots"])
+    assert bad.value.code == 2 and "budgets.state_memory" in capsys.readouterr().err
