@@ -49,6 +49,7 @@ from jobs.report.format import (
     parse_window,
 )
 from jobs.report.model import ReportData
+from jobs.report.plot_pareto import plot_pareto
 from jobs.report.sections import (
     attribution_model,
     delta_hints,
@@ -253,7 +254,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
     )
     head = build_headline(data, mr, gates, rec_model["sentence"] if rec_model else None)
     if rec_model and rec_model["frontier"]:
-        plot("pareto", lambda: plots.plot_pareto(rec, head["base"], head["baseline_label"]))
+        plot("pareto", lambda: plot_pareto(rec, head["base"], head["baseline_label"]))
 
     # --- sweep (Fig 9, 10)
     deployed, recommended = windows_of(data)
