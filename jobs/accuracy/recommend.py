@@ -51,6 +51,8 @@ DEFAULT_UPPERS = tuple(60 * m for m in (0, 10, 30, 60, 120, 180))
 DEFAULT_LEFT_DELAYS = tuple(60 * m for m in (0, 1, 5, 10, 30, 60))
 DEFAULT_RIGHT_DELAYS = tuple(60 * m for m in (0, 5, 20, 60, 120, 240, 480))
 REFINE_ROUNDS = 3
+#: Batches between the maxima and the late filter in a replay-as-live run (see default_cadence).
+REPLAY_LATE_LAG = 2
 #: Paper §6.5, the window-boundary rule on the p1 distance of matches to a bound, as a share of
 #: the window's span: at most this close, matches crowd the bound (widen that side) ...
 CROWDED_BOUND_SHARE = 0.01
@@ -231,7 +233,9 @@ def _peak_rate(arrival_ms: pd.Series) -> float:
 def default_cadence(spec: JoinSpec, slice_minutes: float | None = None) -> Cadence:
     """Replay-as-live with ``slice_minutes`` slices, else live at the spec's trigger interval."""
     if slice_minutes:
-        return Cadence(int(round(slice_minutes * 60)), replay=True)
+        # one data batch per slice, no no-data batch between them: the late filter lags 2 batches
+        # (a no-data batch after each slice would make it 1; `recommend --verify` prints what ran)
+        return Cadence(int(round(slice_minutes * 60)), replay=True, late_lag=REPLAY_LATE_LAG)
     return Cadence(max(1, int(spec.streaming.trigger_interval.total_seconds())), replay=False)
 
 
