@@ -15,6 +15,12 @@ wall-clock seconds and in task CPU seconds (summed over the action's Spark stage
 UI's REST API: the steadier measure when other processes share the cores).
 
     python -m bench.window_sweep [--left-events 200000] [--grid "lower=-4h30m..0/30m,upper=0..2h/30m"]
+
+``--recommendation-grid`` times the recommendation's grid instead (no Spark): window × left
+watermark × right watermark over the generated days, the coarse grid plus its refinements, at
+the spec's budgets (:mod:`jobs.accuracy.tradeoff`, :mod:`jobs.accuracy.frontier`).
+
+    python -m bench.window_sweep --recommendation-grid --left-events 20000 [--slice-minutes 30]
 """
 
 from __future__ import annotations
@@ -84,6 +90,76 @@ class StageCpu:
         return wall, sum(s.get("executorCpuTime", 0) for s in new) / 1e9, result
 
 
+def recommendation_grid(wl, spec, slice_minutes: int | None) -> None:
+    """Time the recommendation's numpy part on a generated workload (pairs joined in pandas)."""
+    import numpy as np
+    import pandas as pd
+
+    from jobs.accuracy import frontier
+    from jobs.accuracy import recommend as r
+    from jobs.accuracy.tradeoff import MemoryModel, Observed, evaluate
+
+    cad = r.default_cadence(spec, slice_minutes)
+
+    def us(s):
+        return s.astype("datetime64[us, UTC]").astype("int64").to_numpy()
+
+    lt, la = us(wl.left.event_time), us(wl.left.arrival_time) // 1000
+    rt, ra = us(wl.right.event_time), us(wl.right.arrival_time) // 1000
+    from jobs.accuracy.lateness import batch_clock
+
+    clock = batch_clock(cad, la, lt, ra, rt)
+    w, lw, rw = spec.window, spec.left.watermark_seconds, spec.right.watermark_seconds
+    axes = {
+        "lower_s": sorted({*r.DEFAULT_LOWERS, w.lower_seconds}),
+        "upper_s": sorted({*r.DEFAULT_UPPERS, w.upper_seconds}),
+        "left_delay_s": sorted({*r.DEFAULT_LEFT_DELAYS, lw}),
+        "right_delay_s": sorted({*r.DEFAULT_RIGHT_DELAYS, rw}),
+    }
+    widest = (axes["lower_s"][0], axes["upper_s"][-1])
+    t = time.perf_counter()
+    m = pd.DataFrame({"li": np.arange(len(lt)), "key": wl.left.key.to_numpy()}).merge(
+        pd.DataFrame({"key": wl.right.key.to_numpy(), "rt": rt, "ra": ra}), on="key"
+    )
+    d = m.rt.to_numpy() - lt[m.li.to_numpy()]
+    keep = (d >= widest[0] * 1_000_000) & (d <= widest[1] * 1_000_000)
+    m, d = m[keep], d[keep]
+    days = sorted({str(x) for x in pd.to_datetime(la, unit="ms").date})
+    obs = Observed(
+        cad,
+        clock,
+        days,
+        pd.Categorical(pd.to_datetime(la, unit="ms").date.astype(str), categories=days).codes.astype(np.int64),
+        lt,
+        clock.batch_of(la, cad),
+        m.li.to_numpy(),
+        d,
+        m.rt.to_numpy(),
+        clock.batch_of(m.ra.to_numpy(), cad),
+        widest,
+    )
+    prep = time.perf_counter() - t
+    mem = MemoryModel(1.0, 1.5, 400.0)
+    lim = frontier.Limits(
+        spec.budgets.output_latency.total_seconds() if spec.budgets.output_latency else None,
+        float(spec.budgets.state_memory) if spec.budgets.state_memory else None,
+    )
+    t = time.perf_counter()
+    wins = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
+    grid = evaluate(obs, wins, axes["left_delay_s"], axes["right_delay_s"], mem)
+    coarse = len(grid)
+    for _ in range(r.REFINE_ROUNDS):
+        for ws, combos in frontier.refinement(grid, axes, lim):
+            grid = pd.concat([grid, evaluate(obs, ws, [], [], mem, combos=combos)], ignore_index=True)
+        grid = grid.drop_duplicates(subset=frontier.KEY, ignore_index=True)
+        axes = {k: sorted({int(v) for v in grid[k]}) for k in frontier.KEY}
+    took = time.perf_counter() - t
+    print(
+        f"{len(lt):,} left events, {len(d):,} pairs, {len(clock.end_ms):,} batches ({cad.label()}); "
+        f"pairs in pandas {prep:.1f}s; grid {coarse:,} + {len(grid) - coarse:,} refined candidates in {took:.1f}s"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.window_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--left-events", type=int, default=200_000, help="left events per day (default 200000)")
@@ -98,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         help="how the single join is materialised: .count() or a full write to the noop sink",
     )
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
+    p.add_argument("--recommendation-grid", action="store_true", help="time the recommendation's grid (no Spark)")
+    p.add_argument("--slice-minutes", type=int, help="with --recommendation-grid: replay slices (default: live)")
     args = p.parse_args(argv)
     command = shlex.join(["python", "-m", "bench.window_sweep", *(sys.argv[1:] if argv is None else argv)])
 
@@ -115,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=args.days), spec)
     print(f"generated {len(wl.left)} left / {len(wl.right)} right good events in {time.perf_counter() - t:.1f}s")
+    if args.recommendation_grid:
+        recommendation_grid(wl, spec, args.slice_minutes)
+        print(f"command: {command}")
+        return 0
     ds = wl.params.start_date
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_window_sweep_"))

@@ -145,16 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     r.add_argument(
-        "--target-share",
-        type=float,
-        default=0.995,
-        help="reach this share of the baseline's match rate (default 0.995)",
+        "--output-latency", help="p99 event -> output budget, e.g. 1h (default: the spec's budgets.output_latency)"
+    )
+    r.add_argument("--state-memory", help="state memory budget, e.g. 2GiB (default: the spec's budgets.state_memory)")
+    r.add_argument(
+        "--slice-minutes",
+        type=_positive_int,
+        help="predict for replay-as-live with these slices (default: live at the spec's trigger interval; "
+        "30 with --verify)",
     )
     r.add_argument(
-        "--target-drop-rate",
-        type=float,
-        default=0.001,
-        help="watermark delays drop at most this share of each stream (default 0.001)",
+        "--verify",
+        action="store_true",
+        help="run the chosen settings with replay-as-live over the same days and print predicted vs measured "
+        "(exit 1 when the match rate is off by more than 0.05 pp)",
     )
     r.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     at = with_ds(

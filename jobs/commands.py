@@ -186,37 +186,122 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_recommend(args: argparse.Namespace) -> int:
-    from jobs.accuracy.recommend import recommend, save
+def _with_budgets(spec: Any, args: argparse.Namespace) -> Any:
+    """The spec with ``--output-latency`` / ``--state-memory`` in place of its budgets."""
+    from jobs.spec import parse_spec
 
-    spec, spark = _load_spec(args.spec), _spark("recommend")
-    console = _console()
-    with console.status("sweeping candidate windows over the landed days"):
-        rec = recommend(
-            spark, spec, _ds_range(args), target_share=args.target_share, target_drop_rate=args.target_drop_rate
+    data = spec.model_dump(mode="json", by_alias=True)
+    for name in ("output_latency", "state_memory"):
+        if getattr(args, name, None):
+            data.setdefault("budgets", {})[name] = getattr(args, name)
+    return parse_spec(data, "--output-latency/--state-memory")  # a SpecError names the bad budget
+
+
+def _frontier_table(rec: Any) -> Any:
+    """The Pareto frontier (and the deployed and chosen candidates) as a rich table."""
+    from rich.table import Table
+
+    from jobs.spec import fmt_duration, format_bytes
+
+    t = Table(title=f"Pareto frontier: match rate vs p99 latency ({rec.cadence})", title_justify="left")
+    for col in (
+        "",
+        "match rate",
+        f"vs {rec.baseline}",
+        "vs reference",
+        "p99 latency",
+        "memory",
+        "window",
+        "watermarks",
+    ):
+        t.add_column(col, justify="left" if col in ("", "window", "watermarks") else "right")
+    rows = {c.key(): c for c in rec.frontier}
+    rows.setdefault(rec.deployed.key(), rec.deployed)
+    rows.setdefault(rec.chosen.key(), rec.chosen)
+
+    def pp(rate: float, other: float | None) -> str:
+        return "—" if other is None else f"{100 * (rate - other):+.2f}"
+
+    for c in sorted(rows.values(), key=lambda c: (c.p99_latency_s, -c.match_rate)):
+        mark = " ".join(m for m, k in (("CHOSEN", rec.chosen.key()), ("deployed", rec.deployed.key())) if c.key() == k)
+        style = "bold green" if c.key() == rec.chosen.key() else ("yellow" if c.key() == rec.deployed.key() else None)
+        t.add_row(
+            mark,
+            f"{100 * c.match_rate:.2f}%",
+            pp(c.match_rate, rec.baseline_match_rate),
+            pp(c.match_rate, rec.reference_match_rate),
+            fmt_duration(c.p99_latency_s),
+            format_bytes(c.memory_bytes),
+            c.label(),
+            c.watermarks(),
+            style=style,
         )
+    return t
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from jobs.accuracy.recommend import default_cadence, recommend, save
+
+    spec = _with_budgets(_load_spec(args.spec), args)
+    slice_minutes = args.slice_minutes or (30 if args.verify else None)
+    cadence = default_cadence(spec, slice_minutes)
+    spark, days = _spark("recommend"), _ds_range(args)
+    console = _console()
+    with console.status(f"measuring candidates over the landed days ({cadence.label()})"):
+        rec = recommend(spark, spec, days, cadence=cadence)
         path = save(spark, spec, rec)
-    if args.json:
+    if args.json and not args.verify:
         print(path.read_text())
         return 0
-    c, d = rec.chosen, rec.deployed
+    console.print(_frontier_table(rec))
+    c = rec.chosen
     console.print(
-        f"[bold]recommended window {c.label()}[/bold], watermarks left {rec.left_watermark_s}s, "
-        f"right {rec.right_watermark_s}s (deployed {d.label()}, left {spec.left.watermark_seconds}s, "
-        f"right {spec.right.watermark_seconds}s)"
+        f"[bold]chosen: window {c.label()}, watermarks {c.watermarks()}[/bold] "
+        f"(deployed {rec.deployed.label()}, watermarks {rec.deployed.watermarks()})"
     )
-    console.print(
-        f"  predicted match rate {100 * c.predicted_match_rate:.2f}% vs {rec.baseline} "
-        f"{100 * rec.baseline_match_rate:.2f}% (deployed window predicted {100 * d.predicted_match_rate:.2f}%)"
-    )
-    console.print(
-        f"  state memory {c.predicted_memory_bytes / 1e6:.1f} MB, left-outer latency "
-        f"{c.output_latency_s / 60:.0f} min" + (f", recovery by replay {c.recovery_s:.0f}s" if c.recovery_s else "")
-    )
-    for r in rec.reasons:
+    for r in rec.explanation:
         console.print(f"  - {r}")
+    for r in rec.relax:
+        console.print(f"  [red]relax:[/red] {r}")
     console.print(f"written to {path}")
+    if args.verify:
+        return _verify(spark, spec, rec, days, slice_minutes or 30, console)
     return 0
+
+
+def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> int:
+    from rich.table import Table
+
+    from jobs.accuracy.verify import PROMISE_PP, replay_runner, verify
+    from jobs.spec import fmt_duration
+
+    try:
+        run = replay_runner()
+    except ImportError:
+        raise UserError("replay-as-live is not available in this build: --verify needs it") from None
+    with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
+        res = verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes, run=run)
+    t = Table(title=f"predicted vs measured ({res.pipeline}, {res.cadence})", title_justify="left")
+    for col in ("ds", "left events", "predicted", "measured", "measured − predicted"):
+        t.add_column(col, justify="left" if col == "ds" else "right")
+    for d in res.days:
+        t.add_row(
+            d.ds, f"{d.left_events:,}", f"{100 * d.predicted:.2f}%", f"{100 * d.measured:.2f}%", f"{d.diff_pp:+.3f} pp"
+        )
+    t.add_row(
+        "all", "", f"{100 * res.predicted:.2f}%", f"{100 * res.measured:.2f}%", f"{res.diff_pp:+.3f} pp", style="bold"
+    )
+    console.print(t)
+    console.print(
+        f"p99 latency predicted {fmt_duration(res.predicted_p99_latency_s)}, measured "
+        f"{fmt_duration(res.measured_p99_latency_s)} over {res.output_rows:,} output rows"
+    )
+    for note in res.notes:
+        console.print(f"  - {note}")
+    ok = res.within()
+    verdict = "within" if ok else "NOT within"
+    console.print(f"[{'green' if ok else 'red'}]match rate {verdict} {PROMISE_PP} pp of the prediction[/]")
+    return 0 if ok else 1
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:

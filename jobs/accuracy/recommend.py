@@ -1,29 +1,27 @@
-"""Recommend a window and watermark delays, with predicted match rate, memory, latency, recovery.
+"""Recommend a window and watermark delays within the spec's budgets, from the landed days.
 
 Paper §6.5: users "find it hard to figure out a good setting for the join window, unless they
-have an equivalent batch pipeline to experiment with". joinshift has that batch pipeline, so:
+have an equivalent batch pipeline to experiment with". joinshift has the landed data, so every
+candidate (window × left watermark × right watermark) is measured on it, not guessed
+(:mod:`jobs.accuracy.tradeoff`): its match rate after the records the watermark would drop at
+that cadence, its p99 event -> output latency and its state memory. The coarse grid is refined
+around the frontier points nearest the latency budget (:mod:`jobs.accuracy.frontier`), then:
 
-* **match rate per candidate window**: the one-pass sweep over the landed days
-  (:mod:`jobs.window_sweep`), with the stream's cross-midnight semantics, minus the share of left
-  events the stream loses to lateness at the recommended watermark (measured, not modelled);
-* **watermark delay per stream**: Spark drops a row whose event time is behind (max event time
-  seen − delay); so the delay that drops at most ``target_drop_rate`` of a stream is a quantile of
-  each record's lateness behind the running max event time at its arrival;
-* **state memory**: peak right rate × (window span + right delay) × bytes per buffered row, plus
-  peak left rate × (upper bound + left delay) × bytes per buffered row (bytes per row measured
-  from the streaming query's state store metrics when it ran, else estimated from payload size);
-* **output latency** of left-outer rows: upper bound + watermark delay;
-* **recovery by replay**: rows in the window ÷ measured replay rate (paper §6.1, §7.3).
+* the choice is the best match rate within ``budgets.output_latency`` and ``budgets.state_memory``
+  (ties: lower latency, then memory), held to ``accuracy.tolerance_pp`` below the baseline and
+  shown against the reference (a join with no daily cut-off: the ceiling of any streaming join);
+* when nothing fits, it says which budget to relax and by how much;
+* the watermark answer is the chosen delays; the lateness per stream and the report's PT method
+  are evidence beside it, with the number of records each rests on.
 
-The smallest window (by span) whose predicted match rate reaches ``target_share`` × the
-baseline's match rate wins; boundary deltas say which side to widen or shrink.
+Every prediction is for a cadence: live with the spec's trigger interval, or replay-as-live with
+N-minute slices (what ``joinshift recommend --verify`` runs and compares with).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, timedelta
 from pathlib import Path
@@ -32,13 +30,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.accuracy.lateness import recommend_watermark_delay
-from jobs.spec import JoinSpec, format_duration
+from jobs.accuracy import frontier
+from jobs.accuracy.lateness import Cadence
+from jobs.accuracy.tradeoff import (
+    MemoryModel,
+    StreamLateness,
+    evaluate,
+    observe,
+    per_ds_rates,
+    stream_lateness,
+)
+from jobs.spec import JoinSpec, fmt_duration, format_bytes, format_duration
 
 log = logging.getLogger("joinshift.recommend")
 
-DEFAULT_LOWERS = tuple(-3600 * h for h in (0, 0.5, 1, 1.5, 2, 3, 4, 5, 6))
-DEFAULT_UPPERS = tuple(60 * m for m in (0, 10, 20, 30, 45, 60, 90, 120, 180, 360))
+#: The coarse grid (seconds); the deployed values join it, and REFINE_ROUNDS passes add midpoints
+#: around the frontier points nearest the latency budget (or the knee) and the choice.
+DEFAULT_LOWERS = tuple(-60 * m for m in (0, 10, 30, 60, 180, 360))
+DEFAULT_UPPERS = tuple(60 * m for m in (0, 10, 30, 60, 120, 180))
+DEFAULT_LEFT_DELAYS = tuple(60 * m for m in (0, 1, 5, 10, 30, 60))
+DEFAULT_RIGHT_DELAYS = tuple(60 * m for m in (0, 5, 20, 60, 120, 240, 480))
+REFINE_ROUNDS = 3
+#: Batches between the maxima and the late filter in a replay-as-live run (see default_cadence).
+REPLAY_LATE_LAG = 2
 #: Paper §6.5, the window-boundary rule on the p1 distance of matches to a bound, as a share of
 #: the window's span: at most this close, matches crowd the bound (widen that side) ...
 CROWDED_BOUND_SHARE = 0.01
@@ -53,143 +67,6 @@ def bound_advice(p1_s: float, span_s: float) -> str | None:
     if p1_s >= FAR_BOUND_SHARE * span_s:
         return "shrink"
     return None
-
-
-@dataclass
-class StreamLateness:
-    """How late one stream's records arrive behind its own running max event time."""
-
-    records: int
-    recommended_delay_s: int
-    deployed_delay_s: int
-    share_dropped_at_deployed: float
-    share_dropped_at_recommended: float
-    lateness_p50_s: float
-    lateness_p99_s: float
-
-
-def lateness_behind_max(arrival_ms: np.ndarray, event_ms: np.ndarray) -> np.ndarray:
-    """Per record, in arrival order: (max event time seen before it) − its event time, ms (>= 0)."""
-    order = np.argsort(arrival_ms, kind="stable")
-    ev = event_ms[order].astype(np.int64)
-    running = np.maximum.accumulate(ev)
-    prev_max = np.concatenate([[ev[0] if len(ev) else 0], running[:-1]])
-    late = np.maximum(prev_max - ev, 0)
-    out = np.empty_like(late)
-    out[order] = late
-    return out
-
-
-def watermark_delay_for(lateness_ms: np.ndarray, target_drop_rate: float) -> int:
-    """Smallest delay (s) such that at most ``target_drop_rate`` of records are later than it."""
-    if not 0 <= target_drop_rate < 1:
-        raise ValueError("target_drop_rate must be in [0, 1)")
-    # the upper empirical quantile of the lateness, in ms, rounded up to whole seconds
-    return int(math.ceil(recommend_watermark_delay(lateness_ms, target_drop_rate) / 1000))
-
-
-def stream_lateness(
-    arrival_ms: np.ndarray, event_ms: np.ndarray, deployed_delay_s: int, target_drop_rate: float
-) -> StreamLateness:
-    late = lateness_behind_max(arrival_ms, event_ms)
-    rec = watermark_delay_for(late, target_drop_rate)
-    share = lambda d: float(np.mean(late > d * 1000)) if len(late) else 0.0  # noqa: E731
-    return StreamLateness(
-        int(len(late)),
-        rec,
-        deployed_delay_s,
-        share(deployed_delay_s),
-        share(rec),
-        float(np.percentile(late, 50) / 1000) if len(late) else 0.0,
-        float(np.percentile(late, 99) / 1000) if len(late) else 0.0,
-    )
-
-
-@dataclass
-class Prediction:
-    lower_s: int
-    upper_s: int
-    batch_match_rate: float
-    predicted_match_rate: float
-    predicted_memory_bytes: float
-    output_latency_s: float
-    recovery_s: float | None
-
-    @property
-    def span_s(self) -> int:
-        return self.upper_s - self.lower_s
-
-    def label(self) -> str:
-        return (
-            f"[{format_duration(timedelta(seconds=self.lower_s), True)}, "
-            f"{format_duration(timedelta(seconds=self.upper_s), True)}]"
-        )
-
-
-@dataclass
-class Recommendation:
-    pipeline: str
-    days: list[str]
-    baseline: str
-    baseline_match_rate: float
-    target_share: float
-    target_drop_rate: float
-    chosen: Prediction
-    deployed: Prediction
-    left_watermark_s: int
-    right_watermark_s: int
-    reasons: list[str] = field(default_factory=list)
-    candidates: list[Prediction] = field(default_factory=list)
-    lateness: dict[str, StreamLateness] = field(default_factory=dict)
-    inputs: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["window"] = self.chosen.label()
-        d["deployed_window"] = self.deployed.label()
-        return d
-
-
-def predict(
-    sweep: pd.DataFrame,
-    *,
-    late_loss: float,
-    right_rate: float,
-    left_rate: float,
-    bytes_per_row: float,
-    left_delay_s: int,
-    right_delay_s: int,
-    replay_rows_per_s: float | None,
-) -> list[Prediction]:
-    """Turn a sweep (one row per candidate, averaged over days) into predictions."""
-    out = []
-    for r in sweep.itertuples():
-        span = r.upper_s - r.lower_s
-        right_rows = right_rate * (span + right_delay_s)
-        left_rows = left_rate * (max(r.upper_s, 0) + left_delay_s)
-        memory = (right_rows + left_rows) * bytes_per_row
-        recovery = (right_rows + left_rows) / replay_rows_per_s if replay_rows_per_s else None
-        out.append(
-            Prediction(
-                int(r.lower_s),
-                int(r.upper_s),
-                float(r.match_rate),
-                max(0.0, float(r.match_rate) - late_loss),
-                memory,
-                float(max(r.upper_s, 0) + right_delay_s),
-                recovery,
-            )
-        )
-    return out
-
-
-def choose(predictions: list[Prediction], baseline_rate: float, target_share: float) -> Prediction:
-    """The smallest span reaching the target; ties go to the higher predicted match rate."""
-    target = target_share * baseline_rate
-    ok = [p for p in predictions if p.predicted_match_rate >= target]
-    pool = ok or predictions
-    key = (lambda p: (p.span_s, -p.predicted_match_rate)) if ok else (lambda p: (-p.predicted_match_rate, p.span_s))
-    return sorted(pool, key=key)[0]
 
 
 def boundary_reasons(spec: JoinSpec, deltas: dict) -> list[str]:
@@ -214,6 +91,120 @@ def boundary_reasons(spec: JoinSpec, deltas: dict) -> list[str]:
     return reasons
 
 
+@dataclass
+class Candidate:
+    """One window × watermarks, as predicted for the recommendation's cadence."""
+
+    lower_s: int
+    upper_s: int
+    left_delay_s: int
+    right_delay_s: int
+    match_rate: float
+    window_rate: float  # the same window with nothing dropped late
+    p99_latency_s: float
+    memory_bytes: float
+    recovery_s: float | None = None
+    per_ds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, row: pd.Series, recovery_s: float | None = None) -> Candidate:
+        return cls(
+            int(row.lower_s),
+            int(row.upper_s),
+            int(row.left_delay_s),
+            int(row.right_delay_s),
+            float(row.match_rate),
+            float(row.window_rate),
+            float(row.p99_latency_s),
+            float(row.memory_bytes),
+            recovery_s,
+        )
+
+    def label(self) -> str:
+        return (
+            f"[{format_duration(timedelta(seconds=self.lower_s), True)}, "
+            f"{format_duration(timedelta(seconds=self.upper_s), True)}]"
+        )
+
+    def watermarks(self) -> str:
+        return f"left {fmt_duration(self.left_delay_s)} / right {fmt_duration(self.right_delay_s)}"
+
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.lower_s, self.upper_s, self.left_delay_s, self.right_delay_s)
+
+    # the names the report, the demo and the recommendations table read
+    @property
+    def predicted_match_rate(self) -> float:
+        return self.match_rate
+
+    @property
+    def predicted_memory_bytes(self) -> float:
+        return self.memory_bytes
+
+    @property
+    def output_latency_s(self) -> float:
+        return self.p99_latency_s
+
+    def to_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "window": self.label(),
+            "predicted_match_rate": self.match_rate,
+            "predicted_memory_bytes": self.memory_bytes,
+            "output_latency_s": self.p99_latency_s,
+        }
+
+
+@dataclass
+class Recommendation:
+    pipeline: str
+    days: list[str]
+    cadence: str  # "live, 1-minute trigger" / "replay-as-live with 30-minute slices"
+    baseline: str
+    baseline_match_rate: float | None
+    reference_match_rate: float | None
+    reference_source: str
+    tolerance_pp: float
+    budgets: dict[str, float | None]  # output_latency_s, state_memory_bytes
+    chosen: Candidate
+    deployed: Candidate
+    fits_budgets: bool
+    within_tolerance: bool | None
+    frontier: list[Candidate]
+    explanation: list[str]
+    relax: list[str] = field(default_factory=list)
+    lateness: dict[str, StreamLateness] = field(default_factory=dict)
+    stream_match_rate: float | None = None  # what the deployed stream measured on these days
+    inputs: dict = field(default_factory=dict)
+    #: per window tried: its rate with nothing dropped late, and at the chosen watermarks when tried
+    windows: list[dict] = field(default_factory=list)
+
+    @property
+    def left_watermark_s(self) -> int:
+        return self.chosen.left_delay_s
+
+    @property
+    def right_watermark_s(self) -> int:
+        return self.chosen.right_delay_s
+
+    @property
+    def reasons(self) -> list[str]:
+        return [*self.explanation, *self.relax]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["chosen"], d["deployed"] = self.chosen.to_dict(), self.deployed.to_dict()
+        d["frontier"] = [c.to_dict() for c in self.frontier]
+        d.update(
+            window=self.chosen.label(),
+            deployed_window=self.deployed.label(),
+            left_watermark_s=self.left_watermark_s,
+            right_watermark_s=self.right_watermark_s,
+            reasons=self.reasons,
+        )
+        return d
+
+
 # ------------------------------------------------------------------------------ I/O shell
 
 
@@ -234,141 +225,234 @@ def _replay_rate(progress: list[dict]) -> float | None:
     return float(max(rates)) if rates else None
 
 
+def _peak_rate(arrival_ms: pd.Series) -> float:
+    hourly = pd.Series(1, index=pd.to_datetime(arrival_ms, unit="ms")).resample("1h").sum()
+    return float(hourly.max() / 3600) if len(hourly) else 0.0
+
+
+def default_cadence(spec: JoinSpec, slice_minutes: float | None = None) -> Cadence:
+    """Replay-as-live with ``slice_minutes`` slices, else live at the spec's trigger interval."""
+    if slice_minutes:
+        # one data batch per slice, no no-data batch between them: the late filter lags 2 batches
+        # (a no-data batch after each slice would make it 1; `recommend --verify` prints what ran)
+        return Cadence(int(round(slice_minutes * 60)), replay=True, late_lag=REPLAY_LATE_LAG)
+    return Cadence(max(1, int(spec.streaming.trigger_interval.total_seconds())), replay=False)
+
+
 def recommend(
     spark,
     spec: JoinSpec,
     days: list[date],
     *,
     s=None,
-    target_share: float = 0.995,
-    target_drop_rate: float = 0.001,
+    cadence: Cadence | None = None,
     lowers=DEFAULT_LOWERS,
     uppers=DEFAULT_UPPERS,
-    replay_rows_per_s: float | None = None,
+    left_delays=DEFAULT_LEFT_DELAYS,
+    right_delays=DEFAULT_RIGHT_DELAYS,
+    refine: bool = True,
 ) -> Recommendation:
-    """Sweep the landed days, measure lateness and state size, and pick a window."""
+    """Measure every candidate on the landed days, refine around the frontier, choose within the budgets."""
     from pyspark.sql import functions as F
 
-    from jobs.accuracy.sweep import candidate_grid, sweep_ds
     from jobs.storage import delta_io
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 
     if not days:
         raise ValueError("days: give at least one ds to learn from")
+    cadence = cadence or default_cadence(spec)
     tables = Tables.of(spec, s)
-    candidates = sorted(
-        set(candidate_grid(list(lowers), list(uppers))) | {(spec.window.lower_seconds, spec.window.upper_seconds)}
-    )
-    sweep = sweep_ds(spark, spec, days, candidates, s=s, right_days="neighbours")
-    per_candidate = sweep.groupby(["lower_s", "upper_s"], as_index=False).agg(
-        left_events=("left_events", "sum"), matched_left=("matched_left", "sum")
-    )
-    per_candidate["match_rate"] = per_candidate.matched_left / per_candidate.left_events
+    w, lw, rw = spec.window, spec.left.watermark_seconds, spec.right.watermark_seconds
+    dep = (w.lower_seconds, w.upper_seconds, lw, rw)
+    axes = {
+        "lower_s": sorted({*lowers, dep[0]}),
+        "upper_s": sorted({*uppers, dep[1]}),
+        "left_delay_s": sorted({*left_delays, dep[2]}),
+        "right_delay_s": sorted({*right_delays, dep[3]}),
+    }
+    widest = (axes["lower_s"][0], axes["upper_s"][-1])
+    obs, rec = observe(spark, spec, days, cadence, widest, s)
 
-    # lateness and rates from the landed tables (arrival = Kafka timestamp)
-    lateness, peak_rate = {}, {}
-    for side in ("left", "right"):
-        st = spec.side(side)
-        pdf: pd.DataFrame = (
-            delta_io.read_table(spark, tables.landed(side))
-            .where(F.col("ds").isin(days))
-            .select(F.unix_millis(st.event_time).alias("e"), F.unix_millis("_arrival_time").alias("a"))
-            .toPandas()
-        )
-        lateness[side] = stream_lateness(pdf.a.to_numpy(), pdf.e.to_numpy(), st.watermark_seconds, target_drop_rate)
-        hourly = pd.Series(1, index=pd.to_datetime(pdf.a, unit="ms")).resample("1h").sum()
-        peak_rate[side] = float(hourly.max() / 3600) if len(hourly) else 0.0
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
+    bpr = _measured_bytes_per_row(progress) or 400.0  # no state metrics yet: ~200 B of payload, x2 in RocksDB
+    memory = MemoryModel(_peak_rate(rec["left"].a), _peak_rate(rec["right"].a), bpr)
+    windows = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
+    grid = evaluate(obs, windows, axes["left_delay_s"], axes["right_delay_s"], memory)
+    coarse = len(grid)
 
     metrics = (
         spark.read.format("delta").load(tables.match_metrics).where(F.col("ds").isin(days)).toPandas()
         if delta_io.table_exists(spark, tables.match_metrics)
         else pd.DataFrame()
     )
-    baseline = spec.accuracy.baseline
 
     def mean_rate(variant: str) -> float | None:
         m = metrics[metrics.variant == variant] if len(metrics) else metrics
-        return float(m.matched_left.sum() / m.left_events.sum()) if len(m) else None
+        return float(m.matched_left.sum() / m.left_events.sum()) if len(m) and m.left_events.sum() else None
 
-    deployed_key = (spec.window.lower_seconds, spec.window.upper_seconds)
-    dep_row = per_candidate[(per_candidate.lower_s == deployed_key[0]) & (per_candidate.upper_s == deployed_key[1])]
-    stream_rate = mean_rate("stream")
-    # what the stream lost to lateness at the deployed window, measured on the same days
-    late_loss = max(0.0, float(dep_row.match_rate.iloc[0]) - stream_rate) if stream_rate is not None else 0.0
-    baseline_rate = mean_rate(baseline)
-    if baseline_rate is None:
-        baseline_rate = float(dep_row.match_rate.iloc[0])
-
-    progress = read_progress(tables.progress_log(JOIN_QUERY))
-    bpr = _measured_bytes_per_row(progress)
-    if bpr is None:
-        bpr = 400.0  # no state metrics yet: ~200 B of payload, twice that once buffered in RocksDB
-    replay = replay_rows_per_s or _replay_rate(progress)
-    kw: dict[str, Any] = dict(  # the keyword arguments of predict(), shared by both calls
-        late_loss=late_loss,
-        right_rate=peak_rate["right"],
-        left_rate=peak_rate["left"],
-        bytes_per_row=bpr,
-        left_delay_s=lateness["left"].recommended_delay_s,
-        right_delay_s=lateness["right"].recommended_delay_s,
-        replay_rows_per_s=replay,
+    baseline, tol = spec.accuracy.baseline, spec.accuracy.tolerance_pp
+    base_rate = mean_rate(baseline)
+    budgets = {
+        "output_latency_s": spec.budgets.output_latency.total_seconds() if spec.budgets.output_latency else None,
+        "state_memory_bytes": float(spec.budgets.state_memory) if spec.budgets.state_memory is not None else None,
+    }
+    limits = frontier.Limits(
+        budgets["output_latency_s"],
+        budgets["state_memory_bytes"],
+        None if base_rate is None else base_rate - tol / 100,
+        f"within {tol:g} pp of {baseline}" + ("" if base_rate is None else f" ({100 * base_rate:.2f}%)"),
     )
-    preds = predict(per_candidate, **kw)
-    chosen = choose(preds, baseline_rate, target_share)
-    deployed = predict(
-        dep_row, **{**kw, "left_delay_s": spec.left.watermark_seconds, "right_delay_s": spec.right.watermark_seconds}
-    )[0]
+    for _ in range(REFINE_ROUNDS if refine else 0):
+        for wins, combos in frontier.refinement(grid, axes, limits):
+            grid = pd.concat([grid, evaluate(obs, wins, [], [], memory, combos=combos)], ignore_index=True)
+        grid = grid.drop_duplicates(subset=frontier.KEY, ignore_index=True)
+        axes = {k: sorted({int(v) for v in grid[k]}) for k in frontier.KEY}
 
-    deltas = {}
-    if len(metrics):
-        sm = metrics[metrics.variant == "stream"]
-        if len(sm):
-            deltas = {c: float(sm[c].mean()) for c in sm.columns if c.startswith("to_") and sm[c].notna().any()}
-    reasons = [
-        f"{chosen.label()} is the smallest window whose predicted match rate "
-        f"({100 * chosen.predicted_match_rate:.2f}%) reaches {100 * target_share:.1f}% of {baseline} "
-        f"({100 * baseline_rate:.2f}%)"
-        if chosen.predicted_match_rate >= target_share * baseline_rate
-        else f"no candidate reaches {100 * target_share:.1f}% of {baseline} ({100 * baseline_rate:.2f}%); "
-        f"{chosen.label()} comes closest",
-        f"predicted state memory {chosen.predicted_memory_bytes / 1e6:.1f} MB vs "
-        f"{deployed.predicted_memory_bytes / 1e6:.1f} MB "
-        f"deployed (peak {peak_rate['right']:.1f} right rows/s, {bpr:.0f} B per buffered row)",
-        f"the stream lost {100 * late_loss:.2f} pp to late arrivals at the deployed window (measured)",
-    ]
-    for side in ("left", "right"):
-        lt = lateness[side]
-        delay = format_duration(timedelta(seconds=lt.recommended_delay_s)) if lt.recommended_delay_s else "0s"
-        reasons.append(
-            f"{side} watermark {delay}"
-            f" drops {100 * lt.share_dropped_at_recommended:.2f}% of {spec.side(side).name} "
-            f"(deployed {format_duration(timedelta(seconds=lt.deployed_delay_s)) if lt.deployed_delay_s else '0s'}: "
-            f"{100 * lt.share_dropped_at_deployed:.2f}%)"
+    replay = _replay_rate(progress)
+
+    def cand(row: pd.Series) -> Candidate:
+        c = Candidate.of(row)
+        rows_in_state = c.memory_bytes / bpr
+        c.recovery_s = rows_in_state / replay if replay else None
+        c.per_ds = per_ds_rates(obs, (c.lower_s, c.upper_s), c.left_delay_s, c.right_delay_s)
+        return c
+
+    dep_row = grid[(grid[frontier.KEY] == pd.Series(dep, index=frontier.KEY)).all(axis=1)].iloc[0]
+    deployed = cand(dep_row)
+    chosen_row = frontier.choose(grid, limits)
+    fits = chosen_row is not None
+    if chosen_row is None:  # nothing fits the budgets: show the closest to them (lowest latency)
+        chosen_row = frontier.pareto(grid).iloc[0]
+    chosen = cand(chosen_row)
+    front = [Candidate.of(r) for _, r in frontier.pareto(grid).iterrows()]
+    tried = _windows(grid, chosen)
+    ref = mean_rate("reference")
+    ref_source = "reference (match_metrics)" if ref is not None else "the deployed window over ds−1..ds+1, no drops"
+    if ref is None:
+        ref = deployed.window_rate
+    within = None if base_rate is None else chosen.match_rate >= base_rate - tol / 100 - 1e-12
+    relax = frontier.relax(grid, limits) if (not fits or within is False) else []
+    stream_rate = mean_rate("stream")
+    lateness = stream_lateness(spec, rec, obs, chosen)
+
+    explanation = _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source)
+    explanation.append(
+        f"{coarse:,} candidates on the coarse grid, {len(grid) - coarse:,} more around the frontier near the budget; "
+        f"{len(front)} on the Pareto frontier (match rate vs p99 latency)"
+    )
+    if stream_rate is not None:
+        explanation.append(
+            f"the deployed stream measured {100 * stream_rate:.2f}% on these days; predicted at the deployed "
+            f"settings {100 * deployed.match_rate:.2f}% ({cadence.label()}; a run at another cadence differs)"
         )
-    reasons += boundary_reasons(spec, deltas)
+    for side, lt in lateness.items():
+        explanation.append(
+            f"{spec.side(side).name}: {lt.records:,} records, lateness behind its own max p50 "
+            f"{fmt_duration(lt.lateness_p50_s)}, p99 {fmt_duration(lt.lateness_p99_s)}, max "
+            f"{fmt_duration(lt.lateness_max_s)}; the watermark drops {100 * lt.share_dropped_at_chosen:.2f}% chosen, "
+            f"{100 * lt.share_dropped_at_deployed:.2f}% deployed" + (f" ({lt.note})" if lt.note else "")
+        )
+    explanation += boundary_reasons(spec, _stream_deltas(metrics))
     return Recommendation(
         pipeline=spec.pipeline,
         days=[str(d) for d in days],
+        cadence=cadence.label(),
         baseline=baseline,
-        baseline_match_rate=baseline_rate,
-        target_share=target_share,
-        target_drop_rate=target_drop_rate,
+        baseline_match_rate=base_rate,
+        reference_match_rate=ref,
+        reference_source=ref_source,
+        tolerance_pp=tol,
+        budgets=budgets,
         chosen=chosen,
         deployed=deployed,
-        left_watermark_s=lateness["left"].recommended_delay_s,
-        right_watermark_s=lateness["right"].recommended_delay_s,
-        reasons=reasons,
-        candidates=preds,
+        fits_budgets=fits,
+        within_tolerance=within,
+        frontier=front,
+        explanation=explanation,
+        relax=relax,
         lateness=lateness,
+        stream_match_rate=stream_rate,
+        windows=tried,
         inputs={
             "bytes_per_row": bpr,
-            "peak_rows_per_s": peak_rate,
+            "peak_rows_per_s": {"left": memory.left_rows_per_s, "right": memory.right_rows_per_s},
             "replay_rows_per_s": replay,
-            "late_loss": late_loss,
-            "candidates": len(preds),
+            "candidates": len(grid),
+            "left_events": obs.left_events,
+            "pairs": int(len(obs.pair_left)),
+            "sample_share": obs.sample_share,
+            "batches": int(len(obs.clock.end_ms)),
+            "cadence_s": cadence.batch_s,
+            "late_lag": cadence.late_lag,
         },
     )
+
+
+def _windows(grid: pd.DataFrame, chosen: Candidate) -> list[dict]:
+    at = grid[(grid.left_delay_s == chosen.left_delay_s) & (grid.right_delay_s == chosen.right_delay_s)]
+    at = at.set_index(["lower_s", "upper_s"])
+    out = []
+    for (a, b), rate in grid.groupby(["lower_s", "upper_s"]).window_rate.first().items():
+        w = {"lower_s": int(a), "upper_s": int(b), "window_rate": float(rate)}
+        if (a, b) in at.index:
+            r = at.loc[(a, b)]
+            w.update(
+                match_rate=float(r.match_rate), p99_latency_s=float(r.p99_latency_s), memory_bytes=float(r.memory_bytes)
+            )
+        out.append(w)
+    return out
+
+
+def _stream_deltas(metrics: pd.DataFrame) -> dict:
+    sm = metrics[metrics.variant == "stream"] if len(metrics) else metrics
+    return {c: float(sm[c].mean()) for c in sm.columns if c.startswith("to_") and sm[c].notna().any()}
+
+
+def _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source) -> list[str]:
+    budget = " and ".join(
+        x
+        for x in (
+            f"p99 latency <= {fmt_duration(limits.latency_s)}" if limits.latency_s is not None else "",
+            f"state memory <= {format_bytes(limits.memory_bytes)}" if limits.memory_bytes is not None else "",
+        )
+        if x
+    )
+    out = [f"predicted for {cadence.label()}, from {obs.left_events:,} left events over {len(obs.days)} ds"]
+    if obs.sample_share < 1:
+        out[0] += f" (a {100 * obs.sample_share:.1f}% hash sample of them)"
+    out[0] += f"; one left event is {100 / max(obs.left_events, 1):.4f} pp"
+    if fits:
+        out.append(
+            f"{chosen.label()} with watermarks {chosen.watermarks()} has the best predicted match rate "
+            f"({100 * chosen.match_rate:.2f}%) "
+            + (f"within {budget}" if budget else "(no budgets in the spec)")
+            + f": p99 latency {fmt_duration(chosen.p99_latency_s)}, state memory {format_bytes(chosen.memory_bytes)}"
+        )
+    else:
+        out.append(
+            f"no candidate fits {budget}; shown: the lowest-latency one, {chosen.label()} with watermarks "
+            f"{chosen.watermarks()} ({100 * chosen.match_rate:.2f}%, p99 {fmt_duration(chosen.p99_latency_s)})"
+        )
+    if base_rate is not None:
+        gap = 100 * (chosen.match_rate - base_rate)
+        out.append(
+            f"vs {spec.accuracy.baseline} ({100 * base_rate:.2f}%): {gap:+.2f} pp, "
+            + ("within" if within else "outside")
+            + f" the {spec.accuracy.tolerance_pp:g} pp tolerance"
+        )
+    else:
+        out.append(f"{spec.accuracy.baseline} has not been computed for these days: run the batch and compare first")
+    out.append(
+        f"vs the reference ({100 * ref:.2f}%, {ref_source}): {100 * (chosen.match_rate - ref):+.2f} pp; "
+        f"the chosen window loses {100 * (chosen.window_rate - chosen.match_rate):.2f} pp to its watermarks"
+    )
+    out.append(
+        f"deployed {deployed.label()} with watermarks {deployed.watermarks()}: "
+        f"predicted {100 * deployed.match_rate:.2f}%, "
+        f"p99 latency {fmt_duration(deployed.p99_latency_s)}, state memory {format_bytes(deployed.memory_bytes)}"
+    )
+    return out
 
 
 def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
@@ -391,18 +475,18 @@ def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
                 ",".join(rec.days),
                 c.lower_s,
                 c.upper_s,
-                rec.left_watermark_s,
-                rec.right_watermark_s,
-                c.predicted_match_rate,
+                c.left_delay_s,
+                c.right_delay_s,
+                c.match_rate,
                 rec.baseline,
                 rec.baseline_match_rate,
-                c.predicted_memory_bytes,
-                c.output_latency_s,
+                c.memory_bytes,
+                c.p99_latency_s,
                 c.recovery_s,
                 d.lower_s,
                 d.upper_s,
-                d.predicted_match_rate,
-                d.predicted_memory_bytes,
+                d.match_rate,
+                d.memory_bytes,
                 json.dumps(rec.reasons),
                 datetime.now(UTC),
             )
@@ -414,3 +498,6 @@ def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
     )
     delta_io.replace_partitions(row, tables.settings.table_path(spec.pipeline, "recommendations"), {"ds": [as_of]})
     return out
+
+
+__all__: list[Any] = ["Candidate", "Recommendation", "StreamLateness", "bound_advice", "recommend", "save"]

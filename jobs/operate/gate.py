@@ -10,8 +10,8 @@ A pipeline moves through four stages, one promotion at a time, and can roll back
 
 A day (ds) meets the SLO when no check failed: match rate within ``accuracy.tolerance_pp`` of
 ``accuracy.baseline``, unexplained misses at most ``cutover.max_unexplained_pp``, no lost left
-event, p99 event -> output latency within ``cutover.max_output_latency`` (when set), at most
-``cutover.max_restarts_per_day`` restarts. A promotion needs ``cutover.days_required``
+event, p99 event -> output latency within ``budgets.output_latency`` (when set), at most
+``health.max_restarts_per_day`` restarts. A promotion needs ``cutover.days_required``
 consecutive days meeting it, all after the day the previous decision relied on (so each stage
 earns its own days, and a rollback starts the count again), unless forced with a reason.
 
@@ -70,8 +70,8 @@ class Slo:
             baseline=spec.accuracy.baseline,
             tolerance_pp=spec.accuracy.tolerance_pp,
             max_unexplained_pp=c.max_unexplained_pp,
-            max_restarts_per_day=c.max_restarts_per_day,
-            max_latency_s=c.max_output_latency.total_seconds() if c.max_output_latency is not None else None,
+            max_restarts_per_day=spec.health.max_restarts_per_day,
+            max_latency_s=latency.total_seconds() if (latency := spec.budgets.output_latency) is not None else None,
             days_required=c.days_required,
         )
 

@@ -78,7 +78,7 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
     """PT series per stream over the day's arrivals (paper §5.3, Fig. 12) and the share behind PT."""
     import numpy as np
 
-    from jobs.accuracy.lateness import lateness_behind_pt, recommend_watermark_delay, share_behind_pt
+    from jobs.accuracy.lateness import lateness_behind_pt, quantile_basis, recommend_watermark_delay, share_behind_pt
     from jobs.accuracy.pt_estimator import pt_series
     from jobs.storage import delta_io
 
@@ -109,7 +109,8 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
         advice[side] = {
             "recommended_delay_s": recommend_watermark_delay(late, 0.001) / 1000 if len(late) else None,
             "share_behind_pt": share_behind_pt(late) if len(late) else None,
-            "basis": "PT estimator (paper §5.3): lateness behind the estimated processing time",
+            "basis": "PT estimator (paper §5.3): lateness behind the estimated processing time"
+            + (f"; {note}" if (note := quantile_basis(len(late), 0.001)) else ""),
         }
     return series, advice
 
@@ -166,38 +167,60 @@ def _adapter(key: str):
 
 def _recommendation(rec) -> tuple[list[dict], dict]:
     """The sweep and the recommendation sections of a :class:`jobs.accuracy.recommend.Recommendation`."""
+    c, d = rec.chosen, rec.deployed
     sweep = [
         {
-            "lower_s": p.lower_s,
-            "upper_s": p.upper_s,
-            "match_rate": p.predicted_match_rate,
-            "batch_match_rate": p.batch_match_rate,
-            "predicted_memory_bytes": p.predicted_memory_bytes,
-            "output_latency_s": p.output_latency_s,
-            "recovery_s": p.recovery_s,
+            "lower_s": w["lower_s"],
+            "upper_s": w["upper_s"],
+            "match_rate": w["window_rate"],  # every window alike: nothing dropped late (the frontier has the rest)
+            "batch_match_rate": w["window_rate"],
+            "predicted_memory_bytes": w.get("memory_bytes"),
+            "output_latency_s": w.get("p99_latency_s"),
         }
-        for p in rec.candidates
+        for w in rec.windows
     ]
-    c, d = rec.chosen, rec.deployed
     return sweep, {
         "window": c.label(),
         "lower_s": c.lower_s,
         "upper_s": c.upper_s,
-        "left_watermark_s": rec.left_watermark_s,
-        "right_watermark_s": rec.right_watermark_s,
-        "predicted_match_rate": c.predicted_match_rate,
+        "left_watermark_s": c.left_delay_s,
+        "right_watermark_s": c.right_delay_s,
+        "predicted_match_rate": c.match_rate,
         "baseline_match_rate": rec.baseline_match_rate,
-        "target_share": rec.target_share,
-        "predicted_memory_bytes": c.predicted_memory_bytes,
-        "output_latency_s": c.output_latency_s,
+        "predicted_memory_bytes": c.memory_bytes,
+        "output_latency_s": c.p99_latency_s,
         "recovery_s": c.recovery_s,
         "deployed": {
             "window": d.label(),
-            "match_rate": d.predicted_match_rate,
-            "memory_bytes": d.predicted_memory_bytes,
+            "match_rate": d.match_rate,
+            "memory_bytes": d.memory_bytes,
+            "output_latency_s": d.p99_latency_s,
+            "recovery_s": d.recovery_s,
+            "left_watermark_s": d.left_delay_s,
+            "right_watermark_s": d.right_delay_s,
         },
-        "reasons": rec.reasons,
+        "reasons": rec.explanation,
         "lateness": {k: asdict(v) for k, v in rec.lateness.items()},
+        "cadence": rec.cadence,
+        "output_latency_budget_s": rec.budgets.get("output_latency_s"),
+        "state_memory_budget_bytes": rec.budgets.get("state_memory_bytes"),
+        "fits_budgets": rec.fits_budgets,
+        "within_tolerance": rec.within_tolerance,
+        "tolerance_pp": rec.tolerance_pp,
+        "reference_match_rate": rec.reference_match_rate,
+        "frontier": [
+            {
+                "lower_s": f.lower_s,
+                "upper_s": f.upper_s,
+                "left_watermark_s": f.left_delay_s,
+                "right_watermark_s": f.right_delay_s,
+                "match_rate": f.match_rate,
+                "p99_latency_s": f.p99_latency_s,
+                "memory_bytes": f.memory_bytes,
+            }
+            for f in rec.frontier
+        ],
+        "relax": rec.relax,
     }
 
 

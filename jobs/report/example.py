@@ -222,7 +222,40 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
                 "memory_bytes": dep["predicted_memory_bytes"],
                 "output_latency_s": dep["output_latency_s"],
                 "recovery_s": dep["recovery_s"],
+                "left_watermark_s": 600,
+                "right_watermark_s": 7200,
             },
+            "cadence": "live, 1-minute trigger",
+            "output_latency_budget_s": 3600,
+            "state_memory_budget_bytes": 2 * 2**30,
+            "fits_budgets": True,
+            "within_tolerance": True,
+            "tolerance_pp": 1.5,
+            "reference_match_rate": stream_today + 0.004,
+            "frontier": [
+                {
+                    "lower_s": -600,
+                    "upper_s": up,
+                    "left_watermark_s": 30,
+                    "right_watermark_s": wm,
+                    "match_rate": stream_today - drop,
+                    "p99_latency_s": up + wm + 120,
+                    "memory_bytes": 4e6 * (1 + (up + wm) / 3600),
+                }
+                for up, wm, drop in ((600, 600, 0.03), (1200, 1200, 0.015), (1800, 2400, 0.008))
+            ]
+            + [
+                {
+                    "lower_s": rec["lower_s"],
+                    "upper_s": rec["upper_s"],
+                    "left_watermark_s": 30,
+                    "right_watermark_s": 5400,
+                    "match_rate": rec["match_rate"],
+                    "p99_latency_s": rec["output_latency_s"],
+                    "memory_bytes": rec["predicted_memory_bytes"],
+                }
+            ],
+            "relax": [],
             "reasons": [
                 f"p1 to lower is {fmt_duration(st['to_lower_p1'])}: 99% of matches are further than that "
                 f"from the lower bound, so the look-back can shrink to {fmt_duration(rec['lower_s'], signed=True)}",

@@ -153,8 +153,22 @@ class DeployedWindow(_Part):
     window: str | None = None
     match_rate: float | None = None
     memory_bytes: float | None = None
-    output_latency_s: float | None = None
+    output_latency_s: float | None = None  # p99 event -> output
     recovery_s: float | None = None
+    left_watermark_s: float | None = None
+    right_watermark_s: float | None = None
+
+
+class FrontierPoint(_Part):
+    """One candidate on the Pareto frontier (match rate vs p99 latency; memory shown)."""
+
+    lower_s: float
+    upper_s: float
+    left_watermark_s: float
+    right_watermark_s: float
+    match_rate: float | None = None
+    p99_latency_s: float | None = None
+    memory_bytes: float | None = None
 
 
 class Recommendation(_Part):
@@ -171,7 +185,16 @@ class Recommendation(_Part):
     recovery_s: float | None = None
     deployed: DeployedWindow | None = None
     reasons: list[str] = []
-    lateness: dict[str, dict[str, float]] | None = None  # per stream, see recommend.StreamLateness
+    lateness: dict[str, dict[str, float | str | None]] | None = None  # per stream, see tradeoff.StreamLateness
+    cadence: str | None = None  # what the prediction is for: "live, 1-minute trigger"
+    output_latency_budget_s: float | None = None
+    state_memory_budget_bytes: float | None = None
+    fits_budgets: bool | None = None
+    within_tolerance: bool | None = None
+    tolerance_pp: float | None = None
+    reference_match_rate: float | None = None  # no daily cut-off: the ceiling of a streaming join
+    frontier: list[FrontierPoint] = []
+    relax: list[str] = []  # which budget to relax, by how much, when nothing fits
 
 
 class Gate(_Part):

@@ -49,6 +49,7 @@ from jobs.report.format import (
     parse_window,
 )
 from jobs.report.model import ReportData
+from jobs.report.plot_pareto import plot_pareto
 from jobs.report.sections import (
     account_model,
     attribution_model,
@@ -102,6 +103,7 @@ INDEX_TEMPLATE_NAME = "index.html.j2"
 PLOTS = {
     "match_rate_by_day": "match-rate",
     "match_rate_by_hour": "match-rate",
+    "pareto": "recommendation",
     "match_rate_vs_window": "window-sweep",
     "memory_vs_window": "window-sweep",
     "boundary_deltas": "boundary-deltas",
@@ -249,10 +251,19 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
 
     # --- recommendation
     rec = part("recommendation")
+    advice = part("watermark_advice")
     rec_model = _section(
-        sections, "recommendation", lambda: recommendation_model(rec, spec) if isinstance(rec, dict) else None
+        sections,
+        "recommendation",
+        lambda: (
+            recommendation_model(rec, spec, advice if isinstance(advice, dict) else None)
+            if isinstance(rec, dict)
+            else None
+        ),
     )
     head = build_headline(data, mr, gates, rec_model["sentence"] if rec_model else None)
+    if rec_model and rec_model["frontier"]:
+        plot("pareto", lambda: plot_pareto(rec, head["base"], head["baseline_label"]))
 
     # --- sweep (Fig 9, 10)
     deployed, recommended = windows_of(data)
@@ -288,7 +299,7 @@ def render_report(data: ReportData | dict, out_dir: Path) -> ReportFiles:
         plot("boundary_deltas", lambda: plots.plot_boundary_deltas(bd))
 
     # --- PT (Fig 12) and watermark advice
-    pt, advice = part("pt"), part("watermark_advice")
+    pt = part("pt")
     pt_rows = _section(
         sections,
         "pt",

@@ -192,7 +192,38 @@ def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str |
     return text + (": " + ", ".join(details) if details else "") + "."
 
 
-def recommendation_model(rec: dict, spec: dict) -> dict:
+def frontier_rows(rec: dict, baseline_rate: float | None) -> list[dict]:
+    """The Pareto frontier as table rows, the deployed and chosen settings marked."""
+    dep = dict_of(rec.get("deployed"))
+
+    def key(lo: Any, hi: Any, lw: Any, rw: Any) -> tuple:
+        return tuple(num(v) for v in (lo, hi, lw, rw))
+
+    chosen = key(rec.get("lower_s"), rec.get("upper_s"), rec.get("left_watermark_s"), rec.get("right_watermark_s"))
+    lo, hi = parse_window(dep.get("window")) or (None, None)
+    deployed = key(lo, hi, dep.get("left_watermark_s"), dep.get("right_watermark_s"))
+    ref = num(rec.get("reference_match_rate"))
+    out = []
+    for p in rows_of(rec.get("frontier")):
+        k = key(p.get("lower_s"), p.get("upper_s"), p.get("left_watermark_s"), p.get("right_watermark_s"))
+        rate = num(p.get("match_rate"))
+        out.append(
+            {
+                "match_rate": fmt_pct(rate),
+                "vs_baseline": pp_between(rate, baseline_rate),
+                "vs_reference": pp_between(rate, ref),
+                "latency": fmt_duration(p.get("p99_latency_s")),
+                "memory": fmt_bytes(p.get("memory_bytes")),
+                "window": fmt_window(p.get("lower_s"), p.get("upper_s")),
+                "watermarks": f"{fmt_duration(p.get('left_watermark_s'))} / {fmt_duration(p.get('right_watermark_s'))}",
+                "chosen": k == chosen,
+                "deployed": k == deployed,
+            }
+        )
+    return out
+
+
+def recommendation_model(rec: dict, spec: dict, advice: dict | None = None) -> dict:
     deployed = dict_of(rec.get("deployed"))
     dep_window = deployed.get("window") or spec.get("window")
     new_window = rec.get("window") or fmt_window(rec.get("lower_s"), rec.get("upper_s"))
@@ -200,25 +231,53 @@ def recommendation_model(rec: dict, spec: dict) -> dict:
         ("Window", dep_window or DASH, new_window),
         ("Left watermark", fmt_spec_duration(spec.get("left_watermark")), fmt_duration(rec.get("left_watermark_s"))),
         ("Right watermark", fmt_spec_duration(spec.get("right_watermark")), fmt_duration(rec.get("right_watermark_s"))),
-        ("Match rate", fmt_pct(deployed.get("match_rate")), fmt_pct(rec.get("predicted_match_rate"))),
+        ("Match rate (predicted)", fmt_pct(deployed.get("match_rate")), fmt_pct(rec.get("predicted_match_rate"))),
         (
             "Memory (right window state)",
             fmt_bytes(deployed.get("memory_bytes")),
             fmt_bytes(rec.get("predicted_memory_bytes")),
         ),
-        ("Output latency", fmt_duration(deployed.get("output_latency_s")), fmt_duration(rec.get("output_latency_s"))),
+        (
+            "p99 output latency",
+            fmt_duration(deployed.get("output_latency_s")),
+            fmt_duration(rec.get("output_latency_s")),
+        ),
         ("Recovery after restart", fmt_duration(deployed.get("recovery_s")), fmt_duration(rec.get("recovery_s"))),
     ]
     reasons = [str(r) for r in rec.get("reasons") or [] if r]
     base = num(rec.get("baseline_match_rate"))
     pred = num(rec.get("predicted_match_rate"))
+    budgets = [
+        f"p99 latency ≤ {fmt_duration(rec.get('output_latency_budget_s'))}"
+        if num(rec.get("output_latency_budget_s")) is not None
+        else "",
+        f"state memory ≤ {fmt_bytes(rec.get('state_memory_budget_bytes'))}"
+        if num(rec.get("state_memory_budget_bytes")) is not None
+        else "",
+    ]
+    # one watermark answer: the chosen delays; the PT method (paper §5.3) is evidence beside them
+    evidence = []
+    for side in ("left", "right"):
+        adv = dict_of(dict_of(advice).get(side))
+        if num(adv.get("recommended_delay_s")) is not None:
+            evidence.append(
+                f"{side}: the PT method would allow {fmt_duration(adv.get('recommended_delay_s'))} "
+                f"(chosen {fmt_duration(rec.get(f'{side}_watermark_s'))}); {adv.get('basis') or ''}".rstrip("; ")
+            )
     return {
         "sentence": recommendation_sentence(rec, spec),
         "rows": [{"what": w, "deployed": d, "recommended": n, "changed": d != n} for w, d, n in rows],
         "reasons": reasons,
+        "relax": [str(r) for r in rec.get("relax") or [] if r],
         "baseline": fmt_pct(base),
+        "reference": fmt_pct(rec.get("reference_match_rate")),
         "share": fmt_pct(pred / base, 1) if pred is not None and base else DASH,
         "target": fmt_pct(rec.get("target_share"), 1),
+        "cadence": rec.get("cadence"),
+        "budgets": " and ".join(b for b in budgets if b) or "none in the spec",
+        "fits": rec.get("fits_budgets"),
+        "frontier": frontier_rows(rec, base),
+        "pt_evidence": evidence,
     }
 
 

@@ -21,11 +21,20 @@ import re
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from jobs.settings import PROJECT_ROOT
 from jobs.spec.duration import Duration, format_duration
@@ -215,6 +224,52 @@ class AccuracySpec(_Strict):
     tolerance_pp: float = Field(default=1.0, ge=0, description="allowed stream shortfall, percentage points")
 
 
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_BYTE_UNITS = {
+    "b": 1,
+    **{f"{p}b": 1000**i for i, p in enumerate("kmgt", 1)},
+    **{f"{p}ib": 1024**i for i, p in enumerate("kmgt", 1)},
+}
+
+
+def parse_bytes(value: Any) -> int:
+    """``"512MiB"``, ``"2GiB"``, ``"1.5GB"``, ``"800KB"`` or a whole number of bytes -> bytes (int)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = _BYTES.match(value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"{value!r} is not a size; write a number with a unit (B, KB, MB, GB, KiB, MiB, GiB): 2GiB")
+    return int(float(m.group(1)) * _BYTE_UNITS[(m.group(2) or "B").lower()])
+
+
+def format_bytes(n: float) -> str:
+    """Bytes for people, binary units: ``536870912 -> "512MiB"``, ``1.5 * 2**30 -> "1.5GiB"``."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}B"
+
+
+#: A pydantic field type: a size in bytes, written in the spec with a unit (``512MiB``).
+ByteSize = Annotated[int, BeforeValidator(parse_bytes), PlainSerializer(format_bytes, return_type=str)]
+
+
+class Budgets(_Strict):
+    """What the user accepts to pay for the match rate: read by the recommendation and the gate."""
+
+    output_latency: Duration | None = Field(
+        default=None, description="p99 time from an output row's latest event to its output"
+    )
+    state_memory: ByteSize | None = Field(default=None, description="the join's state, e.g. 512MiB or 2GiB")
+
+    @field_validator("output_latency")
+    @classmethod
+    def _positive(cls, v: timedelta | None) -> timedelta | None:
+        if v is not None and v.total_seconds() <= 0:
+            raise ValueError("must be positive, e.g. 1h")
+        return v
+
+
 class StreamingOptions(_Strict):
     trigger_interval: Duration = Field(default=timedelta(minutes=1))
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
@@ -263,15 +318,12 @@ class HealthSpec(_Strict):
 
 class CutoverSpec(_Strict):
     """The cut-over gate's SLO (``joinshift gate``): what a day must meet, and how many days in a
-    row a promotion needs. Match-rate tolerance and baseline come from ``accuracy``."""
+    row a promotion needs. Match-rate tolerance and baseline come from ``accuracy``, the latency
+    budget from ``budgets.output_latency``, the restart limit from ``health.max_restarts_per_day``."""
 
     days_required: int = Field(default=7, ge=1, description="consecutive days meeting the SLO per promotion")
     max_unexplained_pp: float = Field(
         default=0.5, ge=0, description="misses the account cannot explain, pp of the day's left events"
-    )
-    max_restarts_per_day: int = Field(default=3, ge=0, description="restarts of the supervised stream per day")
-    max_output_latency: Duration | None = Field(
-        default=None, description="p99 left event time -> output row; unset: not checked"
     )
 
 
@@ -291,6 +343,7 @@ class JoinSpec(_Strict):
     streaming: StreamingOptions = StreamingOptions()
     health: HealthSpec = HealthSpec()
     cutover: CutoverSpec = CutoverSpec()
+    budgets: Budgets = Budgets()
 
     @field_validator("pipeline")
     @classmethod

@@ -334,10 +334,21 @@ RULES: list[tuple[str, str, str]] = [
         "{field} is a health threshold (`joinshift health`, the UI, the supervisor); the streaming job does not "
         "use it.",
     ),
+    (
+        "budgets.*",
+        REPORT_ONLY,
+        "{field} is read by the recommendation and the cut-over gate only; the streaming job does not use it.",
+    ),
+    (
+        "cutover.*",
+        REPORT_ONLY,
+        "{field} is the cut-over gate's SLO (`joinshift gate`); the streaming job does not use it.",
+    ),
 ]
 
 _UNKNOWN = (
-    "{field} is not known to the planner; treated as needing a fresh checkpoint to be safe. Add a rule to jobs/plan.py."
+    "{field} is not known to the planner; treated as needing a fresh checkpoint to be safe. "
+    "Add a rule to jobs/spec/plan.py."
 )
 
 

@@ -56,11 +56,14 @@ def pipeline(spark, dagbag, own_pipeline_spec, test_root, test_settings):
 
     from jobs.join.conditions import join_events
     from jobs.operate.health import health_log
-    from jobs.spec import CutoverSpec, write_spec
+    from jobs.spec import Budgets, CutoverSpec, HealthSpec, write_spec
     from jobs.storage.tables import Tables
 
     spec = own_pipeline_spec(
-        NAME, cutover=CutoverSpec(days_required=3, max_output_latency=timedelta(hours=1), max_restarts_per_day=2)
+        NAME,
+        cutover=CutoverSpec(days_required=3),
+        budgets=Budgets(output_latency=timedelta(hours=1)),
+        health=HealthSpec(max_restarts_per_day=2),
     )
     spec_file = write_spec(spec, test_root / NAME / "spec.yaml")
     tables = Tables.of(spec)

@@ -135,19 +135,25 @@ def test_rollback_goes_back_to_shadow_or_to_an_earlier_stage_only():
 
 def test_the_slo_comes_from_the_spec(demo_spec):
     spec = demo_spec.model_copy(
-        update={"cutover": demo_spec.cutover.model_copy(update={"days_required": 4, "max_output_latency": None})}
+        update={
+            "cutover": demo_spec.cutover.model_copy(update={"days_required": 4}),
+            "budgets": demo_spec.budgets.model_copy(update={"output_latency": None}),
+            "health": demo_spec.health.model_copy(update={"max_restarts_per_day": 5}),
+        }
     )
     slo = Slo.of(spec)
     assert slo.days_required == 4 and slo.tolerance_pp == demo_spec.accuracy.tolerance_pp
     assert slo.baseline == demo_spec.accuracy.baseline and slo.max_latency_s is None
+    assert slo.max_restarts_per_day == 5  # one threshold per rule: the health section's
+    assert Slo.of(demo_spec).max_latency_s == demo_spec.budgets.output_latency.total_seconds()
 
 
 def test_the_cutover_section_parses_durations_and_rejects_bad_values(demo_spec_data):
     from jobs.spec import SpecError, parse_spec
 
     data = demo_spec_data()
-    data["cutover"] = {"days_required": 3, "max_output_latency": "1h30m"}
-    assert parse_spec(data).cutover.max_output_latency.total_seconds() == 5400
+    data["cutover"] = {"days_required": 3, "max_unexplained_pp": 0.25}
+    assert parse_spec(data).cutover.max_unexplained_pp == 0.25
     data["cutover"] = {"days_required": 0}
     with pytest.raises(SpecError, match="cutover.days_required"):
         parse_spec(data)

@@ -530,3 +530,20 @@ def test_an_account_whose_terms_do_not_add_up_is_not_drawn(tmp_path):
     files = render_report(_minimal(account=acc), tmp_path)
     body = _section_html(files.html.read_text(encoding="utf-8"), "account")
     assert "do not add up" in body and "account" not in files.images
+
+
+def test_the_recommendation_shows_its_frontier_budgets_and_the_pt_evidence(rendered, data, tmp_path):
+    files, html = rendered
+    assert "pareto" in files.images and files.images["pareto"].stat().st_size > 5000
+    rec = _section_html(html, "recommendation")
+    rec_data = data["recommendation"]
+    assert f"{len(rec_data['frontier'])} candidates on the frontier" in rec
+    assert "CHOSEN" in rec  # the chosen settings are on the example's frontier
+    assert "live, 1-minute trigger" in rec and "p99 latency ≤ 1h" in rec
+    assert "Evidence: the PT method" in rec and "the PT method would allow" in rec
+    # nothing fits: the callout says which budget to relax
+    hurt = copy.deepcopy(data)
+    hurt["recommendation"].update(fits_budgets=False, relax=["latency 1h fits nothing; 1h 40m would"])
+    out = render_report(hurt, tmp_path / "r")
+    rec = _section_html(out.html.read_text(), "recommendation")
+    assert "nothing fits them" in rec and "Relax a budget" in rec and "1h 40m would" in rec

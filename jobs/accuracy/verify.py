@@ -1,0 +1,194 @@
+"""Hold a recommendation to a run: replay the same days as live with the chosen settings, then put
+the predicted match rate and p99 latency beside what that run measured.
+
+The trial is a pipeline of its own, ``<pipeline>__verify`` (the user's spec with the chosen window
+and watermark delays), replayed from the user's pipeline's history by replay-as-live, so it never
+touches the deployed stream's tables, checkpoint or topics. Measured:
+
+* match rate per ds = left events with a matched row in the trial's output ÷ left events landed
+  for that ds by the user's pipeline (the same denominator as every other match rate);
+* p99 latency = the p99 over output rows of ``emitted_at`` (the replay stamps the slice end in
+  record time) minus the row's latest event time, as :mod:`jobs.accuracy.tradeoff` predicts it.
+
+Example::
+
+    joinshift recommend --ds 2026-11-19 --to 2026-11-20 --verify --slice-minutes 30
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jobs.accuracy.tradeoff import p99
+from jobs.spec import JoinSpec, WindowSpec
+
+#: |predicted − measured| the product promises on the demo workload, percentage points.
+PROMISE_PP = 0.05
+VERIFY_SUFFIX = "__verify"
+
+
+def replay_runner() -> Callable[..., Any]:
+    """Replay-as-live (jobs/steps): the one import to rewire if it moves."""
+    from jobs.steps.replay_live import replay_as_live  # type: ignore[import-not-found, unused-ignore]
+
+    return replay_as_live  # type: ignore[no-any-return, unused-ignore]
+
+
+def verify_spec(spec: JoinSpec, lower_s: int, upper_s: int, left_delay_s: int, right_delay_s: int) -> JoinSpec:
+    """The user's spec as the trial pipeline: its own name, the chosen window and watermarks."""
+    return spec.model_copy(
+        update={
+            "pipeline": f"{spec.pipeline}{VERIFY_SUFFIX}",
+            "window": WindowSpec(lower=timedelta(seconds=lower_s), upper=timedelta(seconds=upper_s)),
+            "left": spec.left.model_copy(update={"watermark_delay": timedelta(seconds=left_delay_s)}),
+            "right": spec.right.model_copy(update={"watermark_delay": timedelta(seconds=right_delay_s)}),
+        }
+    )
+
+
+@dataclass
+class DayCheck:
+    ds: str
+    left_events: int
+    predicted: float
+    measured: float
+
+    @property
+    def diff_pp(self) -> float:
+        return 100 * (self.measured - self.predicted)
+
+
+@dataclass
+class VerifyResult:
+    pipeline: str
+    cadence: str
+    days: list[DayCheck]
+    predicted: float
+    measured: float
+    predicted_p99_latency_s: float
+    measured_p99_latency_s: float
+    output_rows: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def diff_pp(self) -> float:
+        return 100 * (self.measured - self.predicted)
+
+    def within(self, pp: float = PROMISE_PP) -> bool:
+        return abs(self.diff_pp) <= pp + 1e-9
+
+
+def compare(
+    predicted_per_ds: dict[str, float],
+    predicted_overall: float,
+    matched_per_ds: dict[str, int],
+    left_per_ds: dict[str, int],
+    predicted_p99_s: float,
+    latencies_s: np.ndarray,
+    *,
+    pipeline: str,
+    cadence: str,
+) -> VerifyResult:
+    """Predicted vs measured, per ds and overall (overall weighs each ds by its left events)."""
+    days = [
+        DayCheck(
+            ds, left_per_ds.get(ds, 0), p, matched_per_ds.get(ds, 0) / left_per_ds[ds] if left_per_ds.get(ds) else 0.0
+        )
+        for ds, p in sorted(predicted_per_ds.items())
+    ]
+    n = sum(d.left_events for d in days)
+    measured = sum(matched_per_ds.get(d.ds, 0) for d in days) / n if n else float("nan")
+    notes = [] if n else ["no landed left events for these days"]
+    return VerifyResult(
+        pipeline, cadence, days, predicted_overall, measured, predicted_p99_s, p99(latencies_s), len(latencies_s), notes
+    )
+
+
+def measure(spark, trial: JoinSpec, source: JoinSpec, days: list[date], s=None) -> tuple[dict, dict, np.ndarray]:
+    """(matched left events per ds, landed left events per ds, output-row latencies in s) of a trial run."""
+    from pyspark.sql import functions as F
+
+    from jobs.join.columns import col_name
+    from jobs.storage import delta_io
+    from jobs.storage.tables import Tables
+
+    out = delta_io.read_table(spark, Tables.of(trial, s).output("stream")).where(F.col("ds").isin(days))
+    lid, rid = col_name("left", trial.left.id), col_name("right", trial.right.id)
+    lt, rt = col_name("left", trial.left.event_time), col_name("right", trial.right.event_time)
+    matched = {
+        str(r["ds"]): int(r["n"])
+        for r in out.where(F.col(rid).isNotNull()).groupBy("ds").agg(F.countDistinct(lid).alias("n")).collect()
+    }
+    landed = delta_io.read_table(spark, Tables.of(source, s).landed("left")).where(F.col("ds").isin(days))
+    left = {str(r["ds"]): int(r["n"]) for r in landed.groupBy("ds").agg(F.count("*").alias("n")).collect()}
+    latest = F.greatest(F.col(lt), F.coalesce(F.col(rt), F.col(lt)))
+    lat: Any = out.select(((F.unix_micros("emitted_at") - F.unix_micros(latest)) / 1e6).alias("s")).toPandas()
+    return matched, left, lat.s.to_numpy(dtype=float)
+
+
+def clear_trial(trial: JoinSpec, s=None) -> None:
+    """A trial starts clean: its tables, checkpoints and progress log from an earlier trial go."""
+    from jobs.settings import settings
+
+    st = s or settings()
+    if not trial.pipeline.endswith(VERIFY_SUFFIX):
+        raise ValueError(f"{trial.pipeline} is not a trial pipeline; refusing to clear it")
+    for kind in ("tables", "checkpoints", "progress"):
+        shutil.rmtree(Path(st.path(kind, trial.pipeline)), ignore_errors=True)
+
+
+def verify(
+    spark,
+    spec: JoinSpec,
+    rec: Any,
+    days: list[date],
+    *,
+    bootstrap: str,
+    slice_minutes: int,
+    s=None,
+    on_slice: Callable[..., None] | None = None,
+    run: Callable[..., Any] | None = None,
+) -> VerifyResult:
+    """Replay ``days`` as live with ``rec.chosen``'s settings and compare with its prediction.
+
+    ``rec`` must have been predicted for the same cadence (replay-as-live, ``slice_minutes``):
+    anything else would compare unlike with unlike.
+    """
+    expected = f"replay-as-live with {slice_minutes}-minute slices"
+    if rec.cadence != expected:
+        raise ValueError(f"the recommendation was predicted for {rec.cadence}, the trial runs {expected}")
+    c = rec.chosen
+    trial = verify_spec(spec, c.lower_s, c.upper_s, c.left_delay_s, c.right_delay_s)
+    clear_trial(trial, s)
+    (run or replay_runner())(
+        spark, trial, bootstrap=bootstrap, days=days, source=spec, slice_minutes=slice_minutes, s=s, on_slice=on_slice
+    )
+    matched, left, lat = measure(spark, trial, spec, days, s)
+    res = compare(
+        c.per_ds, c.match_rate, matched, left, c.p99_latency_s, lat, pipeline=trial.pipeline, cadence=rec.cadence
+    )
+    res.notes.append(_batches_note(trial, rec, s))
+    return res
+
+
+def _batches_note(trial: JoinSpec, rec: Any, s=None) -> str:
+    """How many micro-batches the trial ran against how many the prediction assumed: a slice read in
+    two batches, or no-data batches between slices (which move the late filter one batch closer,
+    ``Cadence.late_lag`` 1), would show here first."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = {p["batchId"]: p for p in read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))}
+    data = sum(1 for p in progress.values() if (p.get("numInputRows") or 0) > 0)
+    return (
+        f"the trial ran {len(progress)} micro-batches ({data} with data, {len(progress) - data} without); "
+        f"the prediction assumed {rec.inputs.get('batches')} (one per non-empty slice, late lag "
+        f"{rec.inputs.get('late_lag')} batches)"
+    )

@@ -1,0 +1,128 @@
+"""The recommendation with budgets on the demo pipeline, and its model held to the stream that ran.
+
+The demo pipeline's stream was replayed slice by slice (``SLICE_MINUTES``), so the late-loss
+model predicted for that cadence at the DEPLOYED settings must give the stream's measured match
+rate (``match_metrics``), per ds and over both days.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from demo_pipeline import DAYS, SLICE_MINUTES
+
+pytestmark = [pytest.mark.integration]
+
+#: The model's promise: predicted vs measured within this many percentage points.
+WITHIN_PP = 0.05
+
+
+@pytest.fixture(scope="module")
+def replay_recommendation(demo_pipeline, spark, demo_spec, test_settings):
+    from jobs.accuracy.lateness import Cadence
+    from jobs.accuracy.recommend import recommend
+
+    return recommend(spark, demo_spec, DAYS, s=test_settings, cadence=Cadence(SLICE_MINUTES * 60, replay=True))
+
+
+def test_the_prediction_at_the_deployed_settings_is_the_stream_that_ran(
+    replay_recommendation, spark, demo_spec, test_settings
+):
+    from pyspark.sql import functions as F
+
+    from jobs.storage.tables import Tables
+
+    rec = replay_recommendation
+    m = (
+        spark.read.format("delta")
+        .load(Tables.of(demo_spec, test_settings).match_metrics)
+        .where((F.col("variant") == "stream") & F.col("ds").isin(DAYS))
+        .toPandas()
+    )
+    measured = {str(r.ds): r.matched_left / r.left_events for r in m.itertuples()}
+    overall = m.matched_left.sum() / m.left_events.sum()
+    dep = rec.deployed
+    print(
+        f"\ndeployed {dep.label()} {dep.watermarks()} for {rec.cadence}: predicted {100 * dep.match_rate:.3f}% "
+        f"vs measured {100 * overall:.3f}% ({100 * (dep.match_rate - overall):+.3f} pp); "
+        + ", ".join(f"{ds} {100 * dep.per_ds[ds]:.3f}% vs {100 * measured[ds]:.3f}%" for ds in sorted(measured))
+        + f"; without late loss {100 * dep.window_rate:.3f}%"
+    )
+    _diagnose(spark, demo_spec, test_settings, dep, overall)
+    assert set(dep.per_ds) == set(measured)
+    assert dep.window_rate > overall  # the demo's hours-late clicks cost the stream something ...
+    assert abs(dep.match_rate - overall) * 100 <= WITHIN_PP  # ... and the model says exactly what
+    for ds, rate in measured.items():
+        assert abs(dep.per_ds[ds] - rate) * 100 <= 2 * WITHIN_PP, ds
+    assert rec.stream_match_rate == pytest.approx(overall)
+
+
+def _diagnose(spark, spec, settings, dep, measured: float) -> None:
+    """Print what the prediction rests on: batches run vs modelled, and the other late-filter lags."""
+    import numpy as np
+
+    from jobs.accuracy.lateness import Cadence
+    from jobs.accuracy.tradeoff import observe
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = read_progress(Tables.of(spec, settings).progress_log(JOIN_QUERY))
+    ran = len({p["batchId"] for p in progress if (p.get("numInputRows") or 0) > 0})
+    for lag in (1, 2, 3):
+        obs, _ = observe(
+            spark, spec, DAYS, Cadence(SLICE_MINUTES * 60, True, lag), (dep.lower_s, dep.upper_s), settings
+        )
+        left_ok = obs.left_survival(dep.left_delay_s, dep.right_delay_s)
+        ok = obs.pair_ok(dep.left_delay_s, dep.right_delay_s, left_ok)
+        rate = float((obs.nearest_at_or_above(ok, dep.lower_s) <= dep.upper_s * 1_000_000).sum()) / obs.left_events
+        print(
+            f"late lag {lag}: predicted {100 * rate:.3f}% ({100 * (rate - measured):+.3f} pp); "
+            f"batches modelled {len(obs.clock.end_ms)}, run with data {ran}; "
+            f"left dropped {int((~left_ok).sum())}, pairs dropped {int(np.sum(~ok))}"
+        )
+
+
+def test_the_choice_respects_the_budgets_and_is_on_the_frontier(replay_recommendation, demo_spec):
+    rec = replay_recommendation
+    budget = demo_spec.budgets.output_latency.total_seconds()
+    print(
+        f"\nchosen {rec.chosen.label()} {rec.chosen.watermarks()}: {100 * rec.chosen.match_rate:.2f}%, "
+        f"p99 {rec.chosen.p99_latency_s:.0f}s, fits {rec.fits_budgets}; relax: {rec.relax}"
+    )
+    if rec.fits_budgets:
+        assert rec.chosen.p99_latency_s <= budget
+        assert rec.chosen.memory_bytes <= demo_spec.budgets.state_memory
+        better = [c for c in rec.frontier if c.match_rate > rec.chosen.match_rate + 1e-4]
+        assert all(c.p99_latency_s > budget or c.memory_bytes > demo_spec.budgets.state_memory for c in better)
+    else:
+        assert rec.relax
+    # the deployed right watermark (2h) cannot fit a 1 h p99 budget: the choice has to trade
+    assert rec.deployed.p99_latency_s > budget
+    lat = [c.p99_latency_s for c in rec.frontier]
+    rates = [c.match_rate for c in rec.frontier]
+    assert lat == sorted(lat) and rates == sorted(rates)  # a frontier: paying latency buys match rate
+    assert rec.within_tolerance is not None
+
+
+def test_recommend_command_prints_the_frontier_and_saves_it(demo_pipeline, demo_spec, test_settings, capsys):
+    from pathlib import Path
+
+    from jobs.cli import main
+
+    days = ["--ds", str(DAYS[0]), "--to", str(DAYS[-1])]
+    assert main(["recommend", *days, "--output-latency", "20m", "--slice-minutes", str(SLICE_MINUTES)]) == 0
+    out = capsys.readouterr().out
+    assert "Pareto frontier" in out and "CHOSEN" in out and "deployed" in out
+    saved = json.loads(
+        (Path(test_settings.path("recommendations", demo_spec.pipeline)) / f"{DAYS[-1]}.json").read_text()
+    )
+    assert saved["budgets"]["output_latency_s"] == 1200
+    assert saved["cadence"] == f"replay-as-live with {SLICE_MINUTES}-minute slices"
+    if not saved["fits_budgets"] or not saved["within_tolerance"]:
+        assert saved["relax"] and "relax:" in out
+    from jobs.cli import CommandFailed
+
+    with pytest.raises(CommandFailed) as bad:
+        main(["recommend", *days, "--state-memory", "lots"])
+    assert bad.value.code == 2 and "budgets.state_memory" in capsys.readouterr().err
