@@ -14,6 +14,11 @@ from jobs.spec import JoinSpec
 #: Columns the landing job adds to every landed row (names start with "_" to stay clear of payloads).
 ARRIVAL_TIME, PARTITION, OFFSET = "_arrival_time", "_partition", "_offset"
 
+#: The stream's output only: when the row was emitted (a live or backlog run: the micro-batch's
+#: wall time; replay-as-live: the end of its slice in record time, the simulated now), so event ->
+#: output latency can be measured. Batch variants have no such column.
+EMITTED_AT = "emitted_at"
+
 
 def col_name(side: str, column: str) -> str:
     """Output column of a side's column: ``left_event_time``, ``right_arrival_time``, ..."""
@@ -31,6 +36,11 @@ def output_columns(spec: JoinSpec) -> list[str]:
         *(col_name("left", c) for c in side_columns(spec, "left")),
         *(col_name("right", c) for c in side_columns(spec, "right")),
     ]
+
+
+def stream_output_columns(spec: JoinSpec) -> list[str]:
+    """The stream's output table: the join's columns and :data:`EMITTED_AT`."""
+    return [*output_columns(spec), EMITTED_AT]
 
 
 def prefixed(events: DataFrame, spec: JoinSpec, side: str) -> DataFrame:

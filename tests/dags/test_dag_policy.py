@@ -16,6 +16,7 @@ EXPECTED = {
     "joinshift_report",
     "joinshift_supervise",
     "joinshift_replay",
+    "joinshift_replay_as_live",
 }
 
 
