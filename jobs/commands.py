@@ -216,8 +216,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from jobs.accuracy.compare import compare_ds, render_table
 
     spec, spark = _load_spec(args.spec), _spark("compare")
+    from jobs.storage.stream_runs import read_runs
+
     rows = [m for ds in _ds_range(args) for m in compare_ds(spark, spec, ds)]
-    _console().print(render_table(rows))
+    _console().print(render_table(rows, read_runs(spec)))
     return 0
 
 

@@ -146,20 +146,32 @@ def _dur(v: float | None) -> str:
     return f"{v / 60:.1f}m" if abs(v) >= 60 else f"{v:.0f}s"
 
 
-def render_table(metrics: list[dict]):
-    """The comparison as a rich Table (what the demo and ``joinshift compare`` print)."""
+def render_table(metrics: list[dict], runs: dict[str, dict] | None = None):
+    """The comparison as a rich Table (what the demo and ``joinshift compare`` print).
+
+    ``runs`` (``jobs.storage.stream_runs.read_runs``): how each ds's stream output was produced;
+    its label (a backlog run's rate is an upper bound) is shown beside the rates.
+    """
     from rich.table import Table
+
+    from jobs.storage.stream_runs import rate_label
 
     t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
     for h in ("ds", *VARIANTS, "stream-windowed(pp)", "p99 to lower", "p99 to upper"):
         t.add_column(h, justify="right")
+    if runs is not None:
+        t.add_column("stream run", justify="left")
     for r in summary_rows(metrics):
         pp = r.get("stream_minus_windowed_pp")
-        t.add_row(
+        cells = [
             str(r["ds"]),
             *(_pct(r.get(v)) for v in VARIANTS),
             "—" if pp is None else f"{pp:+.2f}",
             _dur(r.get("stream_to_lower_p99")),
             _dur(r.get("stream_to_upper_p99")),
-        )
+        ]
+        if runs is not None:
+            run = runs.get(str(r["ds"]))
+            cells.append(rate_label(run) or (run or {}).get("kind", "unknown"))
+        t.add_row(*cells)
     return t

@@ -11,10 +11,11 @@ the others. Replay-as-live admits records as a live stream would have seen them:
 2. cut them into slices of record time (multiples of ``slice_minutes`` since the epoch);
 3. per slice: publish it into the pipeline's replay topics (same keys, values, headers and
    timestamps; :data:`REPLAY_PARTITIONS` partition each, so the topic order is arrival order)
-   and flush, then run exactly one increment over exactly it (an availableNow query with no
-   extra no-data batch; no ``maxOffsetsPerTrigger``). Nothing of a later slice is visible while
-   an increment runs, so two runs cut identical micro-batches and give identical output tables
-   (``emitted_at`` = the slice's end in record time: the simulated now).
+   and flush, then run exactly one micro-batch over exactly it: one running query (no extra
+   no-data batch, no ``maxOffsetsPerTrigger``) whose sink holds after each batch until the next
+   slice is fully published, so it never plans a batch over part of a slice. Two runs cut
+   identical micro-batches and give identical output tables (``emitted_at`` = the slice's end in
+   record time: the simulated now).
 
 Days and the tail: the arrivals of the requested days (spec timezone) are replayed, plus the
 whole following day when the topics hold it, so the last day's left events see the right events
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -151,6 +153,43 @@ def _chunk_edges(start_ms: int, end_ms: int, step: int, tz: str) -> list[int]:
     return [*edges, end_ms]
 
 
+class _Gate:
+    """Holds the running query between micro-batches while the next slice is published.
+
+    The join's sink calls :meth:`hold` after writing a batch: the query cannot plan its next
+    batch until :meth:`release`, so it never sees part of a slice (two topics' offsets are read
+    one after the other; a slice being published could be cut between them, or between two
+    produce requests). The next batch then reads exactly the next slice, however long publishing
+    takes: one micro-batch per slice, every run alike.
+    """
+
+    def __init__(self) -> None:
+        self._arrived, self._go = threading.Event(), threading.Event()
+        self._open = False
+
+    def hold(self, batch_id: int) -> None:  # the query's thread
+        if self._open:
+            return
+        self._arrived.set()
+        while not self._go.wait(1.0):
+            if self._open:
+                break
+        self._go.clear()
+
+    def wait_arrival(self, query) -> None:  # the driver's thread: the last batch is written
+        while not self._arrived.wait(1.0):
+            if not query.isActive:
+                raise RuntimeError(f"the streaming join stopped during replay-as-live: {query.exception()}")
+        self._arrived.clear()
+
+    def release(self) -> None:
+        self._go.set()
+
+    def open(self) -> None:
+        self._open = True
+        self._go.set()
+
+
 def run_paced(
     spark: SparkSession,
     spec: JoinSpec,
@@ -163,49 +202,70 @@ def run_paced(
     on_slice: Callable[[int, int, int], None] | None = None,
 ) -> tuple[int, int, dict[str, int]]:
     """Per slice ``(slice_end_ms, records)``: publish the records (columns ``topic``, ``key``,
-    ``value``, ``arrival_ms``, optional ``headers``) and flush, then one availableNow increment of
-    ``spec``'s join over exactly them. Returns (slices, micro-batches, records published per topic).
+    ``value``, ``arrival_ms``, optional ``headers``) and flush, then one micro-batch of ``spec``'s
+    running join over exactly them (:class:`_Gate`). Returns (slices, micro-batches, records
+    published per topic).
 
     Every slice brings data, so its batch applies the watermark the previous one computed; the
     extra no-data batch per slice is switched off (it would double the batches, and a no-data
     batch would emit rows at a watermark no live stream reaches between slices).
     """
-    from jobs.steps.stream import start_streaming_join
+    from jobs.steps.stream import start_quarantine, start_streaming_join
     from jobs.workload.publisher import publish
 
     step = int(round(slice_minutes * 60_000))
-    tables = Tables.of(spec, s)
     now: list[datetime] = [datetime.now(UTC)]
+    reading: list[dict[str, int]] = [{}]
     published: dict[str, int] = {}
     arrivals: dict[int, dict[str, int]] = {}
-    n = batches = 0
+    gate = _Gate()
+
+    def on_batch(batch_id: int) -> None:
+        arrivals[batch_id] = reading[0]
+        gate.hold(batch_id)
+
+    n, query = 0, None
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     producer = kafka.producer(bootstrap)
     try:
         for n, (slice_end_ms, chunk) in enumerate(slices, 1):
             if len(chunk):
+                if query is not None:
+                    gate.wait_arrival(query)  # the previous slice is written; its query waits
                 for topic, c in publish(chunk, bootstrap, producer=producer).items():  # flushed on return
                     published[topic] = published.get(topic, 0) + c
                 now[0] = datetime.fromtimestamp(slice_end_ms / 1000, UTC)
-                (query,) = start_streaming_join(
-                    spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False, clock=lambda: now[0]
-                )
-                query.awaitTermination()
-                await_logged(tables.progress_log(JOIN_QUERY), query)
-                for p in query.recentProgress:
-                    arrivals[int(p["batchId"])] = {"start_ms": slice_end_ms - step, "end_ms": slice_end_ms}
-                batches += len(query.recentProgress)
+                reading[0] = {"start_ms": slice_end_ms - step, "end_ms": slice_end_ms}
+                if query is None:
+                    (query,) = start_streaming_join(
+                        spark,
+                        spec,
+                        bootstrap=bootstrap,
+                        s=s,
+                        trigger_interval="0 seconds",
+                        quarantine=False,
+                        on_batch=on_batch,
+                        clock=lambda: now[0],
+                    )
+                else:
+                    gate.release()
             if on_slice:
                 on_slice(n, total, slice_end_ms)
+        if query is not None:
+            gate.wait_arrival(query)
+            gate.open()
+            query.processAllAvailable()  # the last batch commits before the query stops
     finally:
+        gate.open()
         producer.close()
+        if query is not None:
+            query.stop()
+            await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), query)
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    _annotate_progress(tables.progress_log(JOIN_QUERY), arrivals)
-    from jobs.steps.stream import start_quarantine
-
+    _annotate_progress(Tables.of(spec, s).progress_log(JOIN_QUERY), arrivals)
     # quarantine does not change accuracy: it catches up once at the end, not per slice
     start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=True).awaitTermination()
-    return n, batches, published
+    return n, len(arrivals), published
 
 
 def _annotate_progress(path: str, arrivals: dict[int, dict[str, int]]) -> None:

@@ -50,6 +50,7 @@ from jobs.storage.progress import (
     read_progress,
     watermark_ms,
 )
+from jobs.storage.stream_runs import BACKLOG, LIVE, LIVE_BACKLOG_INTERVALS, record_run
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.stream")
@@ -282,12 +283,40 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
         log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
         return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
     tables = Tables.of(spec, s)
+    kind, days = _increment_kind(spec, bootstrap, tables)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
     for q in queries:
         q.awaitTermination()
         await_logged(tables.progress_log(q.name), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
-    return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
+    if days:
+        record_run(spec, days, kind, s=s)
+    return {
+        "batches": len(progress),
+        "last_batch": progress[-1]["batchId"] if progress else None,
+        "run": kind if days else None,
+    }
+
+
+def _increment_kind(spec: JoinSpec, bootstrap: str, tables: Tables) -> tuple[str, list]:
+    """``live`` or ``backlog`` (stream_runs): backlog when the oldest record waiting arrived more
+    than LIVE_BACKLOG_INTERVALS trigger intervals ago, so the increment's micro-batches each cover
+    more arrival time than a live stream's would; and the arrival days it reads (spec timezone)."""
+    from zoneinfo import ZoneInfo
+
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
+    topics = [spec.left.topic, spec.right.topic]
+    read = end_offsets_read(progress[-1]) if progress else {}
+    oldest = kafka.oldest_unread(bootstrap, read, kafka.end_offsets(bootstrap, topics))
+    if not oldest:
+        return LIVE, []
+    now = datetime.now(UTC)
+    first = datetime.fromtimestamp(min(oldest.values()) / 1000, UTC)
+    waiting = (now - first).total_seconds()
+    kind = BACKLOG if waiting > LIVE_BACKLOG_INTERVALS * spec.streaming.trigger_interval.total_seconds() else LIVE
+    tz = ZoneInfo(spec.timezone)
+    d0, d1 = first.astimezone(tz).date(), now.astimezone(tz).date()
+    return kind, [d0.fromordinal(o) for o in range(d0.toordinal(), d1.toordinal() + 1)]
 
 
 def run_continuous(
