@@ -161,6 +161,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     import re
     from datetime import UTC, datetime
 
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from jobs.spec.duration import duration_seconds
@@ -188,7 +189,11 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
         days = [args.from_ds + timedelta(days=i) for i in range((last - args.from_ds).days + 1)]
     spark, bootstrap = _spark("replay-as-live"), _bootstrap()
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=_console()
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),  # the bar on stderr, the result (JSON) on stdout
     ) as progress:
         task = progress.add_task("replay-as-live", total=None)
 

@@ -87,11 +87,15 @@ def test_two_runs_give_identical_output_tables(spark, kafka, own_pipeline_spec, 
     assert run is not None and run["kind"] == "replay-as-live" and rate_label(run) == "replay-as-live (30m slices)"
 
 
-def test_a_partition_published_hours_ahead_cannot_drop_an_on_time_row(spark, kafka, own_pipeline_spec, test_settings):
+def test_a_partition_published_hours_ahead_cannot_drop_an_on_time_row(
+    spark, kafka, own_pipeline_spec, test_settings, test_root, capsys
+):
     """Partition 0 holds records 4h ahead *before* (in offset order) an on-time one; partition 1
     an on-time search. Read by offsets (one micro-batch a partition's head), the watermark would
-    be 4h ahead of both on-time pairs; admitted by arrival time, both match."""
-    from jobs.steps.replay_live import replay_as_live
+    be 4h ahead of both on-time pairs; admitted by arrival time (the CLI, as a trial under its
+    own pipeline name), both match."""
+    from jobs.cli import main
+    from jobs.spec import write_spec
     from jobs.storage import kafka as kafka_io
 
     spec = own_pipeline_spec("replay_as_live_skew")
@@ -117,10 +121,17 @@ def test_a_partition_published_hours_ahead_cannot_drop_an_on_time_row(spark, kaf
             (_right(2, 2, T0 + timedelta(minutes=3)), T0 + timedelta(minutes=5), 0),
         ],
     )
-    result = replay_as_live(spark, spec, bootstrap=kafka, days=[DAY], slice_minutes=30, s=test_settings)
-    pairs = {(r.left_event_id, r.right_event_id) for r in _stream(spark, spec, test_settings).collect()}
+    spec_file = write_spec(spec, test_root / "replay_as_live_skew" / "spec.yaml")
+    trial = spec.model_copy(update={"pipeline": "replay_as_live_skew_trial"})
+    capsys.readouterr()
+    assert (
+        main(["replay-as-live", "--spec", str(spec_file), "--from", str(DAY), "--slice", "30m", "--as", trial.pipeline])
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    pairs = {(r.left_event_id, r.right_event_id) for r in _stream(spark, trial, test_settings).collect()}
     assert {("L1", "R1"), ("L2", "R2"), ("L100", "R100")} <= pairs
-    assert result.batches == 2  # 10:00-10:30 and 14:00-14:30
+    assert result["batches"] == 2 and result["source_pipeline"] == spec.pipeline  # 10:00-10:30 and 14:00-14:30
 
 
 def test_an_increment_over_a_backlog_is_labelled_an_upper_bound(spark, kafka, own_pipeline_spec, test_settings):
