@@ -1,11 +1,13 @@
 """
-### joinshift: replay a generated workload as simulated real time
+### joinshift: a generated workload, replayed as live
 
-Generates the workload described by a file under `include/workloads/`, publishes it to Kafka
-slice by slice (arrival time order, `slice_minutes` of simulated time each) and lets the
-streaming join finish each slice before the next, so watermarks advance as they would live.
+Generates the workload described by a file under `include/workloads/`, publishes it into the
+spec's topics at once as history (each record stamped with its arrival time), then runs
+replay-as-live over the days it arrives on: slice by slice of record time (`slice_minutes`), each
+slice published into the pipeline's replay topics and flushed before one stream increment over
+exactly it, so watermarks advance as they would live and two runs give identical output.
 Triggered by hand (or by `joinshift demo`); it is how a team tries the stream on realistic
-lateness before pointing it at production topics.
+lateness before pointing it at production topics (`joinshift_replay_as_live` for those).
 """
 
 from __future__ import annotations
@@ -33,13 +35,20 @@ from airflow.sdk import Param, dag, task
 )
 def joinshift_simulate():
     @task(retries=0)
-    def simulate(params=None) -> dict:
-        """Publish the workload slice by slice with the streaming join running."""
+    def publish_workload(params=None) -> dict:
+        """Generate the workload and publish it into the spec's topics as history."""
         from jobs import airflow_tasks
 
-        return airflow_tasks.simulate(params["spec"], params["workload"], int(params["slice_minutes"]))
+        return airflow_tasks.publish_workload(params["spec"], params["workload"])
 
-    simulate()
+    @task(retries=0)
+    def replay_as_live(published: dict, params=None) -> dict:
+        """Replay the days it arrives on as live, one increment per slice."""
+        from jobs import airflow_tasks
+
+        return airflow_tasks.replay_as_live(params["spec"], published["days"], int(params["slice_minutes"]))
+
+    replay_as_live(publish_workload())
 
 
 joinshift_simulate()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from datetime import UTC, date
+from datetime import UTC, date, timedelta
 
 from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
 
@@ -158,29 +158,49 @@ def days_of_events(events: Mapping[object, Iterable[object]] | None) -> list[str
     return sorted(days)
 
 
-def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
-    """Generate the workload and replay it into Kafka as simulated real time, stream running."""
-    from jobs.steps.simulate import simulate_live
+def _log_slice(done: int, total: int, end_ms: int) -> None:
+    log.info(
+        "replay-as-live: slice %d/%d (arrivals up to %s)",
+        done,
+        total,
+        _utc(end_ms),
+        extra={SLICE_PROGRESS: (done, total, end_ms)},
+    )
+
+
+def publish_workload(spec: str, workload: str) -> dict:
+    """Generate the workload and publish it into the spec's topics at once, as history."""
+    from jobs.steps.simulate import arrival_days, publish_history
     from jobs.storage.kafka import bootstrap_servers
     from jobs.workload.generator import generate
     from jobs.workload.params import load_workload
 
     join_spec = _spec(spec)
     wl = generate(load_workload(spec_path(workload or DEFAULT_WORKLOAD)), join_spec)
+    published = publish_history(join_spec, wl.records, bootstrap=bootstrap_servers())
+    return {"published": published, "days": [str(d) for d in arrival_days(join_spec, wl.records)]}
 
-    def progress(done: int, total: int, end_ms: int) -> None:
-        log.info(
-            "simulated real time: slice %d/%d (arrivals up to %s)",
-            done,
-            total,
-            _utc(end_ms),
-            extra={SLICE_PROGRESS: (done, total, end_ms)},
-        )
 
-    result = simulate_live(
-        _spark(), join_spec, wl.records, bootstrap=bootstrap_servers(), slice_minutes=slice_minutes, on_slice=progress
+def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> dict:
+    """Replay the spec's topics as live over ``days`` (empty: every day they hold)."""
+    from jobs.steps.replay_live import replay_as_live as run
+    from jobs.storage.kafka import bootstrap_servers
+
+    result = run(
+        _spark(),
+        _spec(spec),
+        bootstrap=bootstrap_servers(),
+        days=[_ds(d) for d in days] if days else None,
+        slice_minutes=slice_minutes,
+        on_slice=_log_slice,
     )
-    return asdict(result)
+    return result.as_dict()
+
+
+def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
+    """Generate the workload, publish it as history, replay it as live (one call)."""
+    days = publish_workload(spec, workload)["days"]
+    return replay_as_live(spec, days, slice_minutes)
 
 
 def quality_gates(spec: str, ds: str) -> list[dict]:
@@ -269,3 +289,11 @@ def gate_evaluate(spec: str, days: list[str]) -> list[dict]:
     st = gate_store.status(spark, join_spec).as_dict()
     log.info("cut-over gate %s: stage %s; %s", join_spec.pipeline, st["stage"], st["message"])
     return out
+
+
+def days_between(from_ds: str | None, to_ds: str | None) -> list[str]:
+    """Every day from ``from_ds`` to ``to_ds`` (default: ``from_ds``); [] without ``from_ds``."""
+    if not from_ds:
+        return []
+    first, last = _ds(from_ds), _ds(to_ds or from_ds)
+    return [str(first + timedelta(days=i)) for i in range((last - first).days + 1)]

@@ -116,6 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     s = with_spec(cmd("stream", commands.cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
     s.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
+    ra = with_spec(
+        cmd(
+            "replay-as-live",
+            commands.cmd_replay_as_live,
+            "a faithful trial of the stream over the topics' history: one increment per slice of arrival time",
+        )
+    )
+    ra.add_argument("--from", dest="from_ds", type=_date, help="first arrival day (default: every day held)")
+    ra.add_argument("--to", type=_date, help="last arrival day (default: --from)")
+    ra.add_argument("--slice", default="30m", help="record time per slice and micro-batch, e.g. 30m, 1h (default: 30m)")
+    ra.add_argument(
+        "--as",
+        dest="as_pipeline",
+        help="run the trial as this pipeline name (its own output and checkpoint), reading the spec's topics",
+    )
     c = with_ds(with_spec(cmd("compare", commands.cmd_compare, "match rates and boundary deltas per ds")))
     c.add_argument("--hourly", action="store_true", help="also print match rates per hour of the left event time")
 
@@ -313,10 +328,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, never a traceback."""
     from jobs.accuracy.sweep import GridError
     from jobs.spec import SpecError
+    from jobs.steps.replay_live import ReplayRefused
     from jobs.storage.checkpoints import CheckpointError
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
 
-    return (SpecError, KafkaUnavailable, RetentionGap, CheckpointError, GridError)
+    return (SpecError, KafkaUnavailable, RetentionGap, CheckpointError, GridError, ReplayRefused)
 
 
 class CommandFailed(SystemExit):

@@ -160,13 +160,75 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay_as_live(args: argparse.Namespace) -> int:
+    import re
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from jobs.spec.duration import duration_seconds
+    from jobs.steps.replay_live import replay_as_live
+
+    try:
+        slice_minutes = duration_seconds(args.slice) / 60
+    except ValueError as e:
+        raise UserError(f"--slice {args.slice!r}: {e}", EXIT_USAGE) from None
+    if not 0 < slice_minutes <= 1440:
+        raise UserError(f"--slice {args.slice}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
+    if args.to and not args.from_ds:
+        raise UserError("--to needs --from (the first arrival day)", EXIT_USAGE)
+    if args.from_ds and args.to and args.to < args.from_ds:
+        raise UserError(f"--to ({args.to}) is before --from ({args.from_ds})", EXIT_USAGE)
+    source = _load_spec(args.spec)
+    spec = source
+    if args.as_pipeline:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", args.as_pipeline):
+            raise UserError(f"--as {args.as_pipeline!r}: use letters, digits, '_', '.' or '-'", EXIT_USAGE)
+        spec = source.model_copy(update={"pipeline": args.as_pipeline})
+    days = None
+    if args.from_ds:
+        last = args.to or args.from_ds
+        days = [args.from_ds + timedelta(days=i) for i in range((last - args.from_ds).days + 1)]
+    spark, bootstrap = _spark("replay-as-live"), _bootstrap()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),  # the bar on stderr, the result (JSON) on stdout
+    ) as progress:
+        task = progress.add_task("replay-as-live", total=None)
+
+        def on_slice(done: int, total: int, end_ms: int) -> None:
+            label = datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+            progress.update(task, completed=done, total=total, description=f"stream ⟵ arrivals to {label}")
+
+        try:
+            result = replay_as_live(
+                spark,
+                spec,
+                bootstrap=bootstrap,
+                days=days,
+                source=source,
+                slice_minutes=slice_minutes,
+                on_slice=on_slice,
+            )
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    _print_json(result.as_dict())
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from jobs.accuracy.compare import compare_ds, read_hourly, render_hourly_table, render_table
 
     spec, spark = _load_spec(args.spec), _spark("compare")
+    from jobs.storage.stream_runs import read_runs
+
     days = list(_ds_range(args))
     rows = [m for ds in days for m in compare_ds(spark, spec, ds)]
-    _console().print(render_table(rows, spec.accuracy.baseline))
+    _console().print(render_table(rows, spec.accuracy.baseline, read_runs(spec)))
     if args.hourly:
         _console().print(render_hourly_table(read_hourly(spark, spec, days)))
     return 0

@@ -330,9 +330,16 @@ def _q(*parts: str) -> str:
     return "/".join(quote(str(p), safe="") for p in parts)
 
 
+def _run_note(variant: str, days: list[str], notes: dict[str, str]) -> str:
+    """The stream's provenance on its label: " · upper bound (backlog run)" or the replay's slices."""
+    shown = sorted({notes[d] for d in days if d in notes}) if variant == "stream" else []
+    return f" · {' / '.join(shown)}" if shown else ""
+
+
 def _match_rates(data: dict, report_mod: Any) -> dict | None:
     """Latest value, change, average and trend per variant over the last ``TREND_DAYS`` ds."""
     by_ds: dict[str, dict[str, float]] = {}
+    run_notes: dict[str, str] = {}  # ds -> how the stream run was produced (a backlog rate is an upper bound)
     for r in _list(data.get("match_rates")):
         if not isinstance(r, dict) or r.get("ds") is None or r.get("variant") is None:
             continue
@@ -342,6 +349,8 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
             rate = matched / left if left and matched is not None else None
         if rate is not None:
             by_ds.setdefault(str(r["ds"]), {})[str(r["variant"])] = rate
+        if r.get("variant") == "stream" and r.get("stream_run"):
+            run_notes[str(r["ds"])] = str(r["stream_run"])
     if not by_ds:
         return None
     days = sorted(by_ds)[-TREND_DAYS:]
@@ -360,7 +369,7 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
         rows.append(
             {
                 "variant": v,
-                "label": report_mod.VARIANT_LABELS.get(v, v),
+                "label": report_mod.VARIANT_LABELS.get(v, v) + _run_note(v, days, run_notes),
                 "color": color,
                 "values": values,
                 "latest": report_mod.fmt_pct(latest),

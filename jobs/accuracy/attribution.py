@@ -30,6 +30,7 @@ from jobs.join.conditions import match_condition
 from jobs.join.records import arrival_ds
 from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import JoinSpec
+from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
 
 
 def _ms(ts: str | None) -> int | None:
@@ -71,6 +72,37 @@ def _parse_offsets(value) -> dict[str, dict[str, int]]:
     return {t: {str(k): int(v) for k, v in parts.items()} for t, parts in value.items()}
 
 
+def _with_slice_watermark(
+    spark: SparkSession, landed: DataFrame, progress: list[dict], event_time: str, policy: str
+) -> DataFrame:
+    """:func:`with_processing_watermark` for a replay-as-live run: a record's micro-batch is the
+    one whose slice of record time holds its arrival time."""
+    latest = {p["batchId"]: p for p in progress}
+    wm_of = {b: _ms((p.get("eventTime") or {}).get("watermark")) or 0 for b, p in latest.items()}
+    rows = [
+        (
+            b,
+            p[ARRIVALS_KEY]["start_ms"],
+            p[ARRIVALS_KEY]["end_ms"],
+            wm_of[b] if policy == "current" else wm_of.get(b - 1, 0),
+        )
+        for b, p in sorted(latest.items())
+        if ARRIVALS_KEY in p
+    ]
+    rdf = spark.createDataFrame(rows, "_batch_id long, _start long, _end long, _watermark_ms long")
+    arrival = F.unix_millis(F.col(ARRIVAL_TIME))
+    out = landed.join(F.broadcast(rdf), (arrival >= F.col("_start")) & (arrival < F.col("_end")), "left")
+    et_ms = F.unix_millis(F.col(event_time))
+    return out.select(
+        *landed.columns,
+        "_batch_id",
+        F.timestamp_millis("_watermark_ms").alias("_watermark"),
+        F.coalesce((F.col("_watermark_ms") > 0) & (et_ms <= F.col("_watermark_ms")), F.lit(False)).alias(
+            "_dropped_late"
+        ),
+    )
+
+
 #: Which watermark filters late rows in a micro-batch: the one the batch reports ("current"), or
 #: the previous batch's ("previous": Spark's watermark for late events when stateful operators
 #: are chained). Both are offered because the product must explain either.
@@ -86,6 +118,8 @@ def with_processing_watermark(
     """
     if policy not in WATERMARK_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(WATERMARK_POLICIES)}, not {policy!r}")
+    if any(ARRIVALS_KEY in p for p in progress):
+        return _with_slice_watermark(spark, landed, progress, event_time, policy)
     ranges = [r for r in batch_offset_ranges(progress) if r[1] == topic]
     if policy == "previous":
         wm_of = {}

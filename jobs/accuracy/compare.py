@@ -201,23 +201,35 @@ def _pp(v: float | None) -> str:
     return "—" if v is None else f"{v:+.2f}"
 
 
-def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed"):
+def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs: dict[str, dict] | None = None):
     """The comparison as a rich Table (what the demo and ``joinshift compare`` print): the stream's
-    gap to the spec's baseline and to the reference (the ceiling with no daily cut-off)."""
+    gap to the spec's baseline and to the reference (the ceiling with no daily cut-off).
+
+    ``runs`` (``jobs.storage.stream_runs.read_runs``): how each ds's stream output was produced;
+    its label (a backlog run's rate is an upper bound) is shown beside the rates.
+    """
     from rich.table import Table
+
+    from jobs.storage.stream_runs import rate_label
 
     t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
     for h in ("ds", *VARIANTS, f"stream-{baseline}(pp)", "stream-reference(pp)", "p99 to lower", "p99 to upper"):
         t.add_column(h, justify="right")
+    if runs is not None:
+        t.add_column("stream run", justify="left")
     for r in summary_rows(metrics, baseline):
-        t.add_row(
+        cells = [
             str(r["ds"]),
             *(_pct(r.get(v)) for v in VARIANTS),
             _pp(r.get("stream_minus_baseline_pp")),
             _pp(r.get("stream_minus_reference_pp")),
             _dur(r.get("stream_to_lower_p99")),
             _dur(r.get("stream_to_upper_p99")),
-        )
+        ]
+        if runs is not None:
+            run = runs.get(str(r["ds"]))
+            cells.append(rate_label(run) or (run or {}).get("kind", "unknown"))
+        t.add_row(*cells)
     return t
 
 

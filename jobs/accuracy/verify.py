@@ -36,7 +36,7 @@ VERIFY_SUFFIX = "__verify"
 
 def replay_runner() -> Callable[..., Any]:
     """Replay-as-live (jobs/steps): the one import to rewire if it moves."""
-    from jobs.steps.replay_live import replay_as_live  # type: ignore[import-not-found, unused-ignore]
+    from jobs.steps.replay_live import replay_as_live
 
     return replay_as_live  # type: ignore[no-any-return, unused-ignore]
 
@@ -115,21 +115,19 @@ def measure(spark, trial: JoinSpec, source: JoinSpec, days: list[date], s=None) 
     """(matched left events per ds, landed left events per ds, output-row latencies in s) of a trial run."""
     from pyspark.sql import functions as F
 
-    from jobs.join.columns import col_name
+    from jobs.join.columns import col_name, output_latency_s
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     out = delta_io.read_table(spark, Tables.of(trial, s).output("stream")).where(F.col("ds").isin(days))
     lid, rid = col_name("left", trial.left.id), col_name("right", trial.right.id)
-    lt, rt = col_name("left", trial.left.event_time), col_name("right", trial.right.event_time)
     matched = {
         str(r["ds"]): int(r["n"])
         for r in out.where(F.col(rid).isNotNull()).groupBy("ds").agg(F.countDistinct(lid).alias("n")).collect()
     }
     landed = delta_io.read_table(spark, Tables.of(source, s).landed("left")).where(F.col("ds").isin(days))
     left = {str(r["ds"]): int(r["n"]) for r in landed.groupBy("ds").agg(F.count("*").alias("n")).collect()}
-    latest = F.greatest(F.col(lt), F.coalesce(F.col(rt), F.col(lt)))
-    lat: Any = out.select(((F.unix_micros("emitted_at") - F.unix_micros(latest)) / 1e6).alias("s")).toPandas()
+    lat: Any = out.select(output_latency_s(trial).alias("s")).toPandas()
     return matched, left, lat.s.to_numpy(dtype=float)
 
 

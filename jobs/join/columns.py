@@ -6,13 +6,18 @@ Every variant (the three batch baselines and the stream) writes rows of one shap
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.spec import JoinSpec
 
 #: Columns the landing job adds to every landed row (names start with "_" to stay clear of payloads).
 ARRIVAL_TIME, PARTITION, OFFSET = "_arrival_time", "_partition", "_offset"
+
+#: The stream's output only: when the row was emitted (a live or backlog run: the micro-batch's
+#: wall time; replay-as-live: the end of its slice in record time, the simulated now), so event ->
+#: output latency can be measured. Batch variants have no such column.
+EMITTED_AT = "emitted_at"
 
 
 def col_name(side: str, column: str) -> str:
@@ -31,6 +36,21 @@ def output_columns(spec: JoinSpec) -> list[str]:
         *(col_name("left", c) for c in side_columns(spec, "left")),
         *(col_name("right", c) for c in side_columns(spec, "right")),
     ]
+
+
+def output_latency_s(spec: JoinSpec) -> Column:
+    """An output row's latency in seconds: :data:`EMITTED_AT` minus the row's latest event time (the
+    later of the pair's event times; the left event's for a row with no match). The one definition
+    the budget (``budgets.output_latency``), ``recommend --verify`` and the cut-over gate share."""
+    lt = F.col(col_name("left", spec.left.event_time))
+    rt = F.col(col_name("right", spec.right.event_time))
+    latest = F.greatest(lt, F.coalesce(rt, lt))
+    return (F.unix_micros(F.col(EMITTED_AT)) - F.unix_micros(latest)) / 1e6
+
+
+def stream_output_columns(spec: JoinSpec) -> list[str]:
+    """The stream's output table: the join's columns and :data:`EMITTED_AT`."""
+    return [*output_columns(spec), EMITTED_AT]
 
 
 def prefixed(events: DataFrame, spec: JoinSpec, side: str) -> DataFrame:

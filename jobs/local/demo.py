@@ -1,8 +1,8 @@
 """The main job: two generated days of search sessions through batch and streaming, side by side.
 
 1. start the embedded Kafka broker (KRaft, loopback) unless JOINSHIFT_KAFKA_BOOTSTRAP points elsewhere;
-2. ``joinshift_simulate``: generate the workload and publish it slice by slice while the
-   streaming join runs (simulated real time);
+2. ``joinshift_simulate``: generate the workload, publish it into the topics as history, then
+   replay it as live (``replay-as-live``: one stream increment per slice of arrival time);
 3. ``joinshift_daily`` for every arrival day: land both topics, run the three batch baselines;
 4. ``joinshift_compare`` for every generated day;
 5. print match rates and boundary deltas, and where the tables and logs are.
@@ -128,7 +128,7 @@ def run_demo(
 
     console.print(
         f"[bold]1/4[/bold] simulated real time: {params.days} days of arrivals, "
-        f"{slice_minutes}-minute slices, streaming join running ([cyan]joinshift_simulate[/cyan])"
+        f"published as history, replayed as live in {slice_minutes}-minute slices ([cyan]joinshift_simulate[/cyan])"
     )
     with Progress(
         TextColumn("{task.description}"),
@@ -195,7 +195,9 @@ def run_demo(
     spark = get_spark()
     metrics_df = spark.read.format("delta").load(tables.match_metrics)
     metrics = [r.asDict() for r in metrics_df.where(metrics_df.ds.isin(days)).collect()]
-    console.print(render_table(metrics))
+    from jobs.storage.stream_runs import read_runs
+
+    console.print(render_table(metrics, spec.accuracy.baseline, read_runs(spec, s)))
     q = (
         spark.read.format("delta")
         .load(tables.quarantine)

@@ -7,7 +7,8 @@
   land (they are in the quarantine table), so every landed left event must be accounted for. For
   an inner join only left events the stream's window finds a right event for (among the right
   events it did not drop as late) are expected in the output;
-* p99 latency: ``emitted_at`` - left event time over the day's output rows, when the stream's
+* p99 latency: ``emitted_at`` - the row's latest event time over the day's output rows
+  (:func:`jobs.join.columns.output_latency_s`), when the stream's
   output has an ``emitted_at`` column (a paced replay writes it); otherwise "not measured";
 * restarts: the supervisor's health samples of the day whose state made it restart (``exited``,
   ``stalled``); no samples: the stream is not supervised, "not measured".
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.join.columns import col_name
+from jobs.join.columns import EMITTED_AT, col_name, output_latency_s
 from jobs.operate.gate import Measurements
 from jobs.operate.health import health_log
 from jobs.settings import Settings
@@ -33,7 +34,6 @@ from jobs.storage.tables import Tables
 #: Health states after which the supervisor restarts the stream.
 RESTART_STATES = ("exited", "stalled")
 #: The stream output's column with the time a row was written (added by the paced replay).
-EMITTED_AT = "emitted_at"
 
 
 def unexplained_misses(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> int:
@@ -62,7 +62,7 @@ def lost_left_events(
 ) -> tuple[int, int]:
     """(lost, dropped by the watermark) among the ds's landed left events."""
     from jobs.accuracy.attribution import stream_view
-    from jobs.join.conditions import key_condition, window_condition
+    from jobs.join.conditions import match_condition
     from jobs.storage.progress import JOIN_QUERY, read_progress
 
     tables = Tables.of(spec, s)
@@ -80,7 +80,7 @@ def lost_left_events(
         rcols = [F.col(c).alias(col_name("right", c)) for c in spec.right.schema_]
         findable = (
             expected.select(*lcols)
-            .join(right.where(~F.col("_dropped_late")).select(*rcols), key_condition(spec) & window_condition(spec))
+            .join(right.where(~F.col("_dropped_late")).select(*rcols), match_condition(spec))
             .select(F.col(col_name("left", lid)).alias(lid))
             .distinct()
         )
@@ -91,11 +91,10 @@ def lost_left_events(
 
 
 def latency_p99_s(output: DataFrame, spec: JoinSpec) -> float | None:
-    """p99 of ``emitted_at`` - left event time (s) over the day's output rows; None without the column."""
+    """p99 output latency (s) over the day's output rows; None without the column."""
     if EMITTED_AT not in output.columns:
         return None
-    lt = F.col(col_name("left", spec.left.event_time)).cast("double")
-    row = output.select(F.percentile(F.col(EMITTED_AT).cast("double") - lt, 0.99).alias("p99")).first()
+    row = output.select(F.percentile(output_latency_s(spec), 0.99).alias("p99")).first()
     return None if row is None or row.p99 is None else float(row.p99)
 
 

@@ -40,7 +40,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.join.columns import ARRIVAL_TIME
+from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT
 from jobs.quality.suites import (
     ACCURACY_DIFF,
     ARRIVAL_DS,
@@ -106,10 +106,14 @@ class GateResult:
 
 
 def prepare_frame(df: DataFrame, spec: JoinSpec, kind: str) -> DataFrame:
-    """The frame a suite validates: a landed table gets the derived columns; others as they are."""
+    """The frame a suite validates: a landed table gets the derived columns; a batch variant's
+    output a null ``emitted_at`` (only the stream stamps it); others as they are."""
+    from pyspark.sql import functions as F
+
+    if kind == "join_output" and EMITTED_AT not in df.columns:
+        return df.withColumn(EMITTED_AT, F.lit(None).cast("timestamp"))
     if kind not in RAW_KINDS:
         return df
-    from pyspark.sql import functions as F
 
     from jobs.join.records import arrival_ds
 

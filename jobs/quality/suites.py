@@ -174,12 +174,12 @@ def _output_expectations(spec: JoinSpec) -> list:
     import great_expectations.expectations as gxe
     from great_expectations.expectations.row_conditions import Column as Cond
 
-    from jobs.join.columns import col_name, output_columns, side_columns
+    from jobs.join.columns import col_name, side_columns, stream_output_columns
 
     left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
     ex: list = [
         gxe.ExpectTableColumnsToMatchSet(
-            column_set=output_columns(spec), exact_match=True, description="the join output's columns"
+            column_set=stream_output_columns(spec), exact_match=True, description="the join output's columns"
         ),
         gxe.ExpectColumnValuesToNotBeNull(column=left_id, description="every row has a left event"),
         gxe.ExpectCompoundColumnsToBeUnique(

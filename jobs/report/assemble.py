@@ -247,8 +247,11 @@ def build_report(
     rec = None
 
     def match_rates() -> list[dict] | None:
+        from jobs.storage.stream_runs import rate_label, read_runs
+
         if not delta_io.table_exists(spark, tables.match_metrics):
             return None
+        runs = read_runs(spec, s)
         return [
             {
                 "ds": str(r["ds"]),
@@ -256,6 +259,7 @@ def build_report(
                 "left_events": r["left_events"],
                 "matched_left": r["matched_left"],
                 "match_rate": r["match_rate"],
+                **({"stream_run": rate_label(runs.get(str(r["ds"])))} if r["variant"] == "stream" else {}),
             }
             for r in spark.read.format("delta")
             .load(tables.match_metrics)

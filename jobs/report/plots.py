@@ -120,6 +120,15 @@ def _mark_windows(ax, xy: Callable[[tuple], tuple | None], deployed, recommended
             ax.scatter([p[0]], [p[1]], **kw)
 
 
+def _run_note(mr: dict, variant: str) -> str:
+    """The stream's provenance in the legend: a backlog run's rate is an upper bound."""
+    if variant != "stream":
+        return ""
+    notes = sorted({str(rows[variant].get("stream_run") or "") for rows in mr["by_ds"].values() if variant in rows})
+    notes = [n for n in notes if n]
+    return f", {' / '.join(notes)}" if notes else ""
+
+
 def plot_match_rate_by_day(mr: dict, ds: str, spec: dict):
     fig, axes = _figure(10, 3.8)
     ax = axes[0][0]
@@ -136,7 +145,7 @@ def plot_match_rate_by_day(mr: dict, ds: str, spec: dict):
             lw=lw,
             ms=ms,
             color=VARIANT_COLORS.get(v, "#334155"),
-            label=f"{VARIANT_LABELS.get(v, v)}  (avg {fmt_pct(mr['avg'][v])})",
+            label=f"{VARIANT_LABELS.get(v, v)}{_run_note(mr, v)}  (avg {fmt_pct(mr['avg'][v])})",
             zorder=4 if v == "stream" else 3,
         )
     if ds in days:

@@ -1,35 +1,43 @@
-"""Replay a generated workload into Kafka as simulated real time, with the streaming join running.
+"""A generated workload as simulated real time: published as history, then replayed as live.
 
-A stream's accuracy depends on how arrivals are cut into micro-batches: one micro-batch over two
-days of backlog would hide every late-data loss, because the watermark would never be ahead of
-any record. So arrivals are published slice by slice (``slice_minutes`` of simulated time) and
-the running query finishes each slice (``processAllAvailable``) before the next is published:
-watermarks advance as they would live, deterministically.
+A thin case of :mod:`jobs.steps.replay_live`: the records are published into the spec's topics
+at once (each with its arrival time as the Kafka record timestamp), then ``replay_as_live`` admits
+them slice by slice of record time, one micro-batch per slice, over the days they arrive on.
+One slicing and publishing rule for generated workloads and any other topics.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 from pyspark.sql import SparkSession
 
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.steps.stream import start_streaming_join
-
-log = logging.getLogger("joinshift.simulate")
+from jobs.steps.replay_live import ReplayAsLiveResult, replay_as_live
 
 
-@dataclass
-class SimulationResult:
-    slices: int
-    records: int
-    published: dict[str, int]
-    seconds: float
+def publish_history(spec: JoinSpec, records: pd.DataFrame, *, bootstrap: str) -> dict[str, int]:
+    """Publish a generated workload into the spec's topics at once (arrival time = record
+    timestamp): the history a replay-as-live run reads."""
+    from jobs.storage import kafka
+    from jobs.workload.publisher import publish
+
+    for stream in (spec.left, spec.right):
+        kafka.create_topic(bootstrap, stream.topic)
+    return publish(records, bootstrap)
+
+
+def arrival_days(spec: JoinSpec, records: pd.DataFrame) -> list:
+    """The arrival days (spec timezone) ``records`` span."""
+    tz = ZoneInfo(spec.timezone)
+    first, last = (
+        datetime.fromtimestamp(int(ms) / 1000, tz).date() for ms in (records.arrival_ms.min(), records.arrival_ms.max())
+    )
+    return [first.fromordinal(o) for o in range(first.toordinal(), last.toordinal() + 1)]
 
 
 def simulate_live(
@@ -38,51 +46,20 @@ def simulate_live(
     records: pd.DataFrame,
     *,
     bootstrap: str,
-    slice_minutes: int = 30,
+    slice_minutes: float = 30,
     s: Settings | None = None,
     on_slice: Callable[[int, int, int], None] | None = None,
-) -> SimulationResult:
-    """Publish ``records`` slice by slice while the streaming join consumes them.
-
-    ``on_slice(done, total, slice_end_ms)`` is called after each slice (progress display).
-    """
-    from jobs.steps.stream import start_quarantine
-    from jobs.storage import kafka
-    from jobs.workload.publisher import iter_slices, publish
-
+) -> ReplayAsLiveResult:
+    """Publish ``records`` as history, then replay them as live over the days they arrive on."""
     if slice_minutes <= 0:
         raise ValueError("slice_minutes must be a positive number of minutes")
-    for stream in (spec.left, spec.right):
-        kafka.create_topic(bootstrap, stream.topic)
-    slices = list(iter_slices(records, slice_minutes))
-    started = time.monotonic()
-    published: dict[str, int] = {}
-    # Every slice brings data, so the data batch itself applies the watermark the previous one
-    # computed; the extra no-data batch per slice would only double the micro-batch count.
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    # quarantine does not change accuracy: it catches up once at the end, not per slice
-    (join_query,) = start_streaming_join(
-        spark, spec, bootstrap=bootstrap, s=s, trigger_interval="0 seconds", quarantine=False
+    publish_history(spec, records, bootstrap=bootstrap)
+    return replay_as_live(
+        spark,
+        spec,
+        bootstrap=bootstrap,
+        days=arrival_days(spec, records),
+        slice_minutes=slice_minutes,
+        s=s,
+        on_slice=on_slice,
     )
-    producer = kafka.producer(bootstrap)
-    try:
-        for i, (slice_end_ms, chunk) in enumerate(slices, 1):
-            for topic, n in publish(chunk, bootstrap, producer=producer).items():
-                published[topic] = published.get(topic, 0) + n
-            join_query.processAllAvailable()
-            if on_slice:
-                on_slice(i, len(slices), slice_end_ms)
-    finally:
-        producer.close()
-        join_query.stop()
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=True).awaitTermination()
-    result = SimulationResult(len(slices), len(records), published, time.monotonic() - started)
-    log.info(
-        "simulated %d slices of %d min: %d records in %.0fs",
-        result.slices,
-        slice_minutes,
-        result.records,
-        result.seconds,
-    )
-    return result

@@ -26,12 +26,13 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.join.columns import ARRIVAL_TIME, col_name
+from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings
@@ -49,6 +50,7 @@ from jobs.storage.progress import (
     read_progress,
     watermark_ms,
 )
+from jobs.storage.stream_runs import BACKLOG, LIVE, LIVE_BACKLOG_INTERVALS, record_run
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.stream")
@@ -64,19 +66,29 @@ class JoinSink:
     first-arrived match per left event, across micro-batches) and a replay's output (``owned_from``:
     rows the old run may already have written) need the table's keys, so they go through an
     insert-only MERGE keyed by the output rows, reading only the ds partitions the batch touches.
+
+    Every row is stamped ``emitted_at``: ``clock()`` when given (replay-as-live: the end of the
+    slice, the simulated now), else the micro-batch's wall time.
     """
 
     def __init__(
-        self, spec: JoinSpec, tables: Tables, *, owned_from=None, on_batch: Callable[[int], None] | None = None
+        self,
+        spec: JoinSpec,
+        tables: Tables,
+        *,
+        owned_from=None,
+        on_batch: Callable[[int], None] | None = None,
+        clock: Callable[[], datetime] | None = None,
     ):
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
         self.merge = owned_from is not None or spec.join.cardinality == Cardinality.one_to_one
         self.append = delta_io.BatchAppender(self.path, _query_id_of(tables.checkpoint(JOIN_QUERY)))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = select_batch_rows(batch, self.spec)
+        rows = select_batch_rows(batch, self.spec).withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
         if self.owned_from is not None:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         rows = rows.persist()
@@ -146,6 +158,7 @@ def start_streaming_join(
     starting_offsets: dict[str, dict[str, int]] | None = None,
     owned_from=None,
     on_batch: Callable[[int], None] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them."""
     tables = Tables.of(spec, s)
@@ -174,7 +187,7 @@ def start_streaming_join(
         for side in ("left", "right")
     }
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
-    sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch)
+    sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
     queries = [
         _with_trigger(
@@ -270,12 +283,40 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
         log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
         return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
     tables = Tables.of(spec, s)
+    kind, days = _increment_kind(spec, bootstrap, tables)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
     for q in queries:
         q.awaitTermination()
         await_logged(tables.progress_log(q.name), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
-    return {"batches": len(progress), "last_batch": progress[-1]["batchId"] if progress else None}
+    if days:
+        record_run(spec, days, kind, s=s)
+    return {
+        "batches": len(progress),
+        "last_batch": progress[-1]["batchId"] if progress else None,
+        "run": kind if days else None,
+    }
+
+
+def _increment_kind(spec: JoinSpec, bootstrap: str, tables: Tables) -> tuple[str, list]:
+    """``live`` or ``backlog`` (stream_runs): backlog when the oldest record waiting arrived more
+    than LIVE_BACKLOG_INTERVALS trigger intervals ago, so the increment's micro-batches each cover
+    more arrival time than a live stream's would; and the arrival days it reads (spec timezone)."""
+    from zoneinfo import ZoneInfo
+
+    progress = read_progress(tables.progress_log(JOIN_QUERY))
+    topics = [spec.left.topic, spec.right.topic]
+    read = end_offsets_read(progress[-1]) if progress else {}
+    oldest = kafka.oldest_unread(bootstrap, read, kafka.end_offsets(bootstrap, topics))
+    if not oldest:
+        return LIVE, []
+    now = datetime.now(UTC)
+    first = datetime.fromtimestamp(min(oldest.values()) / 1000, UTC)
+    waiting = (now - first).total_seconds()
+    kind = BACKLOG if waiting > LIVE_BACKLOG_INTERVALS * spec.streaming.trigger_interval.total_seconds() else LIVE
+    tz = ZoneInfo(spec.timezone)
+    d0, d1 = first.astimezone(tz).date(), now.astimezone(tz).date()
+    return kind, [d0.fromordinal(o) for o in range(d0.toordinal(), d1.toordinal() + 1)]
 
 
 def run_continuous(

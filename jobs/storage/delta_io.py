@@ -68,6 +68,7 @@ def append_batch(
         df.write.format("delta")
         .mode("append")
         .partitionBy(*partition_by)
+        .option("mergeSchema", "true")  # a column added to the output (emitted_at) joins older tables
         .option("userMetadata", json.dumps({"writer": writer_id, "batch": batch_id}))
         .save(path)
     )
@@ -129,7 +130,14 @@ def insert_new(
         if not values:
             return
         cond += f" AND t.`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
-    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), cond).whenNotMatchedInsertAll().execute())
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), cond)
+        .withSchemaEvolution()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
 
 
 def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:
@@ -152,3 +160,9 @@ def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:
 
 def count_by(df: DataFrame, *cols: str) -> dict[tuple, int]:
     return {tuple(r[c] for c in cols): r["n"] for r in df.groupBy(*cols).agg(F.count("*").alias("n")).collect()}
+
+
+def delete_where(spark: SparkSession, path: str, condition: str) -> None:
+    """Delete the rows of a table matching ``condition`` (a SQL predicate); no table, no-op."""
+    if table_exists(spark, path):
+        DeltaTable.forPath(spark, path).delete(condition)

@@ -65,3 +65,12 @@ def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def supervised_stream_pid(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """The pid of the pipeline's supervised stream process (its pid file), if it still runs."""
+    try:
+        pid = json.loads((supervisor_dir(spec, s) / "stream.pid").read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(pid) if pid_alive(pid) else None

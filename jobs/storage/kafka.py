@@ -330,3 +330,85 @@ def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, e
             & (F.col("timestamp") < F.timestamp_millis(F.lit(end_ms)))
         )
     )
+
+
+# ------------------------------------------------------------------ reading history by arrival time
+
+#: How far past the end of a time range a partition is read for records stamped inside it: a
+#: producer's CreateTime need not grow with the offset (a skewed partition), so records of the
+#: range may sit after the first offset stamped at its end. A day of disorder is read; more is not.
+MAX_TIMESTAMP_DISORDER_MS = 86_400_000
+
+#: One record read back from Kafka: (timestamp ms, topic, partition, offset, key, value, headers).
+Record = tuple[int, str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
+def read_by_time(bootstrap: str, topics: list[str], start_ms: int, end_ms: int) -> list[Record]:
+    """Every record of ``topics`` (all partitions) whose record timestamp is in ``[start_ms,
+    end_ms)``, ordered by (timestamp, topic, partition, offset): the order they arrived in.
+
+    Each partition is read from its first offset stamped at or after ``start_ms``
+    (offsets-for-times) to its first offset stamped at or after ``end_ms`` +
+    :data:`MAX_TIMESTAMP_DISORDER_MS` (or its end), keeping the records stamped inside the range.
+    """
+    out: list[Record] = []
+    with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS, client_id="joinshift-replay-as-live") as c:
+        tps = []
+        for topic in topics:
+            found = partitions(c, topic)
+            if not found:
+                raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
+            tps += found
+        starts = c.offsets_for_times({tp: start_ms for tp in tps})
+        stops = c.offsets_for_times({tp: end_ms + MAX_TIMESTAMP_DISORDER_MS for tp in tps})
+        ends = c.end_offsets(tps)
+        todo = {}
+        for tp in tps:
+            first = starts.get(tp)
+            stop = stops.get(tp)
+            last = stop.offset if stop is not None else ends[tp]
+            if first is not None and first.offset < last:
+                todo[tp] = (first.offset, last)
+        if not todo:
+            return out
+        c.assign(list(todo))
+        for tp, (first, _) in todo.items():
+            c.seek(tp, first)
+        while todo:
+            polled = c.poll(timeout_ms=REQUEST_TIMEOUT_MS, max_records=10_000)
+            if not polled:
+                raise RuntimeError(f"no records from {sorted(str(tp) for tp in todo)} within {REQUEST_TIMEOUT_MS} ms")
+            for tp, recs in polled.items():
+                if tp not in todo:
+                    continue
+                stop_at = todo[tp][1]
+                for r in recs:
+                    if r.offset >= stop_at:
+                        break
+                    if start_ms <= r.timestamp < end_ms:
+                        out.append(
+                            (r.timestamp, tp.topic, tp.partition, r.offset, r.key, r.value, list(r.headers or []))
+                        )
+                if c.position(tp) >= stop_at:
+                    del todo[tp]
+                    c.pause(tp)
+    out.sort(key=lambda r: r[:4])
+    return out
+
+
+def time_span(bootstrap: str, topics: list[str]) -> tuple[int, int] | None:
+    """(earliest, latest) record timestamp (ms) over the first and last record of every partition
+    of ``topics``; None when they hold no record."""
+    from kafka import TopicPartition
+
+    stamps: list[int] = []
+    with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS, client_id="joinshift-replay-as-live") as c:
+        tps = [tp for t in topics for tp in partitions(c, t)]
+        begins, ends = c.beginning_offsets(tps), c.end_offsets(tps)
+        for tp in tps:
+            for off in {begins[tp], ends[tp] - 1} if ends[tp] > begins[tp] else ():
+                c.assign([TopicPartition(tp.topic, tp.partition)])
+                c.seek(tp, off)
+                recs = c.poll(timeout_ms=REQUEST_TIMEOUT_MS, max_records=1).get(tp, [])
+                stamps += [r.timestamp for r in recs]
+    return (min(stamps), max(stamps)) if stamps else None

@@ -19,29 +19,43 @@ import pandas as pd
 log = logging.getLogger("joinshift.workload")
 
 
-def iter_slices(records: pd.DataFrame, slice_minutes: float) -> Iterator[tuple[int, pd.DataFrame]]:
-    """Cut ``records`` (sorted by ``arrival_ms``) into consecutive arrival-time slices.
+def iter_slices(
+    records: pd.DataFrame, slice_minutes: float, *, start_ms: int | None = None, end_ms: int | None = None
+) -> Iterator[tuple[int, pd.DataFrame]]:
+    """Cut ``records`` (sorted by ``arrival_ms``) into consecutive arrival-time slices: the one
+    slicing rule of every paced run (a generated workload's simulation and ``replay-as-live``).
 
-    Yields ``(slice_end_ms, frame)`` for every slice from the one holding the first record to
-    the one holding the last, empty slices included (simulated real time keeps ticking); a
-    slice holds the records with ``slice_end_ms - slice_ms <= arrival_ms < slice_end_ms``.
-    Slice boundaries are multiples of the slice length since the epoch.
+    Yields ``(slice_end_ms, frame)`` for every slice from the one holding ``start_ms`` (default:
+    the first record) to the one holding ``end_ms - 1`` (default: the last record), empty slices
+    included (simulated real time keeps ticking); a slice holds the records with
+    ``slice_end_ms - slice_ms <= arrival_ms < slice_end_ms``. Slice boundaries are multiples of
+    the slice length since the epoch, so two runs over the same records cut them identically.
     """
     if slice_minutes <= 0:
         raise ValueError("slice_minutes must be positive")
-    if records.empty:
-        return
-    step = int(round(slice_minutes * 60_000))
     arr = records["arrival_ms"].to_numpy(dtype=np.int64)
     if np.any(np.diff(arr) < 0):
         raise ValueError("records must be sorted by arrival_ms")
-    end = (int(arr[0]) // step + 1) * step
+    if start_ms is None and len(arr) == 0:
+        return
+    step = int(round(slice_minutes * 60_000))
+    first = int(arr[0]) if start_ms is None else start_ms
+    last = int(arr[-1]) if end_ms is None else end_ms - 1
+    if len(arr) and (int(arr[0]) < first or int(arr[-1]) > last):
+        raise ValueError("records arrive outside [start_ms, end_ms)")
+    end = (first // step + 1) * step
     pos = 0
-    while pos < len(arr):
+    while end - step <= last:
         nxt = int(np.searchsorted(arr, end, side="left"))
         yield end, records.iloc[pos:nxt]
         pos = nxt
         end += step
+
+
+def _bytes(v: object) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    return str(v).encode("utf-8")
 
 
 def publish(
@@ -54,7 +68,8 @@ def publish(
 ) -> dict[str, int]:
     """Send every record to its topic, in arrival order, with ``timestamp_ms = arrival_ms``.
 
-    Keys and values are sent as UTF-8 (a ``None`` key stays null). The producer batches
+    Keys and values are sent as UTF-8, or as they are when they are bytes (a ``None`` key or
+    value stays null); an optional ``headers`` column (lists of ``(name, bytes)``) is sent too. The producer batches
     (linger, large batches), compresses with zstd, waits for all in-sync replicas
     (``acks='all'``) and is idempotent, so records keep their order within a partition; records
     with the same key go to the same partition (default partitioner). ``progress(sent, total)``
@@ -69,8 +84,9 @@ def publish(
     if records.empty:
         return {}
     topics = records["topic"].to_numpy()
-    keys = [None if k is None else k.encode("utf-8") for k in records["key"].to_numpy()]
-    values = [v.encode("utf-8") for v in records["value"].to_numpy()]
+    keys = [_bytes(k) for k in records["key"].to_numpy()]
+    values = [_bytes(v) for v in records["value"].to_numpy()]
+    headers = records["headers"].tolist() if "headers" in records.columns else [None] * len(values)
     stamps = records["arrival_ms"].to_numpy(dtype=np.int64).tolist()
     total = len(values)
     errors: list[BaseException] = []
@@ -82,8 +98,8 @@ def publish(
     if own:
         producer = kafka.producer(bootstrap)
     try:
-        for i, (topic, key, value, ts) in enumerate(zip(topics, keys, values, stamps), 1):
-            producer.send(topic, value=value, key=key, timestamp_ms=ts).add_errback(on_error)
+        for i, (topic, key, value, ts, hs) in enumerate(zip(topics, keys, values, stamps, headers), 1):
+            producer.send(topic, value=value, key=key, headers=hs or None, timestamp_ms=ts).add_errback(on_error)
             if progress is not None and i % every == 0:
                 progress(i, total)
         producer.flush()

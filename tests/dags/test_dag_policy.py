@@ -17,6 +17,7 @@ EXPECTED = {
     "joinshift_supervise",
     "joinshift_replay",
     "joinshift_gate",
+    "joinshift_replay_as_live",
 }
 
 

@@ -31,7 +31,8 @@ def _utc(d: date) -> datetime:
 
 
 def build(dagbag, demo_spec, test_root) -> DemoPipeline:
-    """Run the DAGs once: simulate, daily landing + baselines, compare, report."""
+    """Run the DAGs once: simulate (publish as history, then replay-as-live), daily landing +
+    baselines, compare, report."""
     from jobs.spec import DEFAULT_SPEC
     from jobs.workload.generator import generate
     from jobs.workload.params import parse_workload

@@ -25,6 +25,7 @@ COMMANDS = [
     "plan",
     "checkpoint",
     "replay",
+    "replay-as-live",
     "runbook",
 ]
 
@@ -48,6 +49,25 @@ def test_a_bad_slice_length_is_refused(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--slice-minutes", "0"])
     assert "--slice-minutes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--slice", "soon"], "--slice"),
+        (["--slice", "0m"], "--slice"),
+        (["--slice", "2d"], "--slice"),
+        (["--to", "2026-11-20"], "--from"),
+        (["--from", "2026-11-20", "--to", "2026-11-19"], "--to"),
+        (["--as", "no spaces"], "--as"),
+    ],
+)
+def test_replay_as_live_refuses_a_bad_argument_in_one_line(args, named, capsys):
+    with pytest.raises(SystemExit, match=named) as exc:
+        main(["replay-as-live", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("joinshift replay-as-live:") and named in err and "\n" not in err
 
 
 def test_a_range_that_ends_before_it_starts_is_refused(tmp_path):

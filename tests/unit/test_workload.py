@@ -370,3 +370,17 @@ def test_performance_smoke(params, demo_spec):
     elapsed = time.perf_counter() - started
     assert len(wl.records) > 450_000
     assert elapsed < 8, f"200k left events took {elapsed:.1f}s"
+
+
+def test_slices_cover_a_time_range_on_the_epoch_grid():
+    """The slicing rule replay-as-live reads history by: bounds given, empty slices included."""
+    import pandas as pd
+
+    hour = 3_600_000
+    t0 = 1_763_596_800_000  # 2025-11-20T00:00Z, a multiple of an hour
+    records = pd.DataFrame({"arrival_ms": [t0 + hour + 5, t0 + 3 * hour - 1]})
+    got = [(end, len(frame)) for end, frame in iter_slices(records, 60, start_ms=t0, end_ms=t0 + 4 * hour)]
+    assert got == [(t0 + hour, 0), (t0 + 2 * hour, 1), (t0 + 3 * hour, 1), (t0 + 4 * hour, 0)]
+    assert [e for e, _ in iter_slices(records.iloc[:0], 60, start_ms=t0, end_ms=t0 + hour)] == [t0 + hour]
+    with pytest.raises(ValueError, match="outside"):
+        list(iter_slices(records, 60, start_ms=t0 + 2 * hour, end_ms=t0 + 4 * hour))
