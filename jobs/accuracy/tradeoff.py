@@ -298,7 +298,7 @@ def observe(
 
     from jobs.accuracy.lateness import batch_clock
     from jobs.join.columns import ARRIVAL_TIME, col_name
-    from jobs.join.conditions import key_condition, window_condition
+    from jobs.join.conditions import match_condition, predicate_columns
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
@@ -332,14 +332,16 @@ def observe(
         left = left[left.id.isin({r[0] for r in lsrc.select(F.col(spec.left.id).cast("string")).collect()})]
         left = left.reset_index(drop=True)
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
-    lcols = [F.col(c).alias(col_name("left", c)) for c in {*spec.left.key, spec.left.event_time, spec.left.id}]
-    rcols = [F.col(c).alias(col_name("right", c)) for c in {*spec.right.key, spec.right.event_time}]
+    lneed = {*spec.left.key, spec.left.event_time, spec.left.id, *predicate_columns(spec, "left")}
+    rneed = {*spec.right.key, spec.right.event_time, *predicate_columns(spec, "right")}
+    lcols = [F.col(c).alias(col_name("left", c)) for c in lneed]
+    rcols = [F.col(c).alias(col_name("right", c)) for c in rneed]
     wide = spec.with_window(timedelta(seconds=widest[0]), timedelta(seconds=widest[1]))
     pairs: Any = (
         lsrc.select(*lcols)
         .join(
             landed["right"].select(*rcols, F.col(ARRIVAL_TIME).alias("_ra")),
-            key_condition(spec) & window_condition(wide),  # the spec's predicate joins here too, once it has one
+            match_condition(wide),  # key, the widest window and the spec's predicate
         )
         .select(
             F.col(col_name("left", spec.left.id)).cast("string").alias("lid"),
