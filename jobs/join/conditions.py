@@ -67,17 +67,27 @@ def match_condition(spec: JoinSpec, *, windowed: bool = True) -> Column:
         cond = cond & window_condition(spec)
     extra = predicate_sql(spec)
     if extra is not None:
-        from pyspark.errors import ParseException
-
-        try:
-            parsed = F.expr(extra)
-        except ParseException as exc:  # the spec's mistake: one line, not a JVM trace
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SpecError(
-                f"join.predicate: {spec.join.predicate!r} is not a Spark SQL expression ({first})"
-            ) from None
-        cond = cond & parsed
+        _check_parses(extra, spec)
+        cond = cond & F.expr(extra)
     return cond
+
+
+def _check_parses(sql: str, spec: JoinSpec) -> None:
+    """A predicate Spark cannot parse is the spec's mistake: one line naming the field, not a JVM
+    trace from deep inside a join (``F.expr`` parses lazily; a projection parses at once)."""
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return
+    try:
+        spark.range(0).selectExpr(sql)
+    except ParseException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"join.predicate: {spec.join.predicate!r} is not a Spark SQL expression ({first})") from None
+    except AnalysisException:
+        pass  # parsed; its columns resolve in the join, not on this empty projection
 
 
 def first_arrived(pairs: DataFrame, spec: JoinSpec) -> DataFrame:
