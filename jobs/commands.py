@@ -334,15 +334,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> int:
     from rich.table import Table
 
-    from jobs.accuracy.verify import PROMISE_PP, replay_runner, verify
+    from jobs.accuracy.verify import PROMISE_PP, verify
     from jobs.spec import fmt_duration
 
-    try:
-        run = replay_runner()
-    except ImportError:
-        raise UserError("replay-as-live is not available in this build: --verify needs it") from None
     with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
-        res = verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes, run=run)
+        res = verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)
     t = Table(title=f"predicted vs measured ({res.pipeline}, {res.cadence})", title_justify="left")
     for col in ("ds", "left events", "predicted", "measured", "measured − predicted"):
         t.add_column(col, justify="left" if col == "ds" else "right")

@@ -34,13 +34,6 @@ PROMISE_PP = 0.05
 VERIFY_SUFFIX = "__verify"
 
 
-def replay_runner() -> Callable[..., Any]:
-    """Replay-as-live (jobs/steps): the one import to rewire if it moves."""
-    from jobs.steps.replay_live import replay_as_live
-
-    return replay_as_live  # type: ignore[no-any-return, unused-ignore]
-
-
 def verify_spec(spec: JoinSpec, lower_s: int, upper_s: int, left_delay_s: int, right_delay_s: int) -> JoinSpec:
     """The user's spec as the trial pipeline: its own name, the chosen window and watermarks."""
     return spec.model_copy(
@@ -165,7 +158,9 @@ def verify(
     c = rec.chosen
     trial = verify_spec(spec, c.lower_s, c.upper_s, c.left_delay_s, c.right_delay_s)
     clear_trial(trial, s)
-    (run or replay_runner())(
+    from jobs.steps.replay_live import replay_as_live
+
+    (run or replay_as_live)(
         spark, trial, bootstrap=bootstrap, days=days, source=spec, slice_minutes=slice_minutes, s=s, on_slice=on_slice
     )
     matched, left, lat = measure(spark, trial, spec, days, s)
