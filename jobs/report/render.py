@@ -50,6 +50,7 @@ from jobs.report.format import (
 )
 from jobs.report.model import ReportData
 from jobs.report.plot_pareto import plot_pareto
+from jobs.report.recommendation_view import recommendation_model, recommendation_sentence
 from jobs.report.sections import (
     account_model,
     attribution_model,
@@ -59,8 +60,6 @@ from jobs.report.sections import (
     match_rate_table,
     pt_model,
     quarantine_model,
-    recommendation_model,
-    recommendation_sentence,
     rows_of,
     spec_items,
     windows_of,

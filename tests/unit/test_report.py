@@ -12,8 +12,8 @@ import pytest
 from jobs.report import format as report
 from jobs.report.example import example_data
 from jobs.report.format import fmt_bytes, fmt_int, fmt_pct, fmt_pp, fmt_timestamp, fmt_window, parse_window
+from jobs.report.recommendation_view import recommendation_sentence
 from jobs.report.render import PLOTS, SECTIONS, publish_report, render_report, write_latest_pointer
-from jobs.report.sections import recommendation_sentence
 from jobs.spec.duration import fmt_duration
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,57 @@
+"""What every command body shares: the user-error type, exit codes, spec/Spark/Kafka openers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import date, timedelta
+from typing import Any
+
+from jobs.join.variants import DAILY_VARIANTS
+
+#: What ``joinshift batch --variant`` and ``attribute --baseline`` take: the daily variants.
+BATCH_CHOICES = DAILY_VARIANTS
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """Something the user can fix; the message says what. Printed as one line, exit ``code``."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def _ds_range(args: argparse.Namespace) -> list[date]:
+    if args.to and args.to < args.ds:
+        raise UserError(f"--to ({args.to}) is before --ds ({args.ds})", EXIT_USAGE)
+    end = args.to or args.ds
+    return [args.ds + timedelta(days=i) for i in range((end - args.ds).days + 1)]
+
+
+def _load_spec(path: str) -> Any:
+    from jobs.spec import load_spec, spec_path
+
+    return load_spec(spec_path(path))
+
+
+def _spark(name: str) -> Any:
+    from jobs.storage.spark import get_spark
+
+    return get_spark(f"joinshift-{name}")
+
+
+def _bootstrap() -> str:
+    from jobs.storage.kafka import bootstrap_servers
+
+    return bootstrap_servers()
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(width=max(140, Console().width))
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
