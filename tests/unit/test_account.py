@@ -6,36 +6,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import pytest
+from tiny_spec import tiny_spec
 
 from jobs.accuracy.attribution import Account, account_ds, check_baseline
-from jobs.spec import parse_spec
 
 DS = date(2026, 11, 20)
 ANNOTATED = "event_id string, k string, t timestamp, _batch_id long, _dropped_late boolean"
 OUTPUT = "ds date, left_event_id string, right_event_id string, right_arrival_time timestamp"
-
-
-def make_spec():
-    side = lambda name: {  # noqa: E731
-        "name": name,
-        "topic": f"{name}_topic",
-        "table": f"{name}_table",
-        "schema": {"event_id": "string", "k": "string", "t": "timestamp"},
-        "key": ["k"],
-        "event_time": "t",
-        "id": "event_id",
-        "watermark_delay": "0s",
-    }
-    return parse_spec(
-        {
-            "pipeline": "tiny",
-            "left": side("left"),
-            "right": side("right"),
-            "window": {"lower": "-10m", "upper": "+5m"},
-            "output_table": "out",
-            "join": {"type": "left_outer", "cardinality": "1-to-n"},
-        }
-    )
 
 
 def ts(hhmm: str, day: int = 20) -> datetime:
@@ -91,7 +68,7 @@ def _frames(spark):
 )
 def test_every_left_event_lands_in_one_term_and_the_terms_add_up(spark, baseline, cutoff_gain, other_gain):
     left, right, stream, base = _frames(spark)
-    att = account_ds(make_spec(), DS, baseline, left, right, stream, base, samples=5)
+    att = account_ds(tiny_spec(), DS, baseline, left, right, stream, base, samples=5)
     a = att.account
     assert (a.left_events, a.stream_matched, a.baseline_matched) == (9, 3, 6)
     assert (a.cutoff_gain, a.other_gain) == (cutoff_gain, other_gain)

@@ -12,35 +12,11 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
+from tiny_spec import tiny_spec
 
 from jobs.join.conditions import join_events, join_streams
-from jobs.spec import parse_spec
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
-
-
-def make_spec(**over):
-    side = lambda name: {  # noqa: E731
-        "name": name,
-        "topic": f"{name}_topic",
-        "table": f"{name}_table",
-        "schema": {"event_id": "string", "k": "string", "t": "timestamp"},
-        "key": ["k"],
-        "event_time": "t",
-        "id": "event_id",
-        "watermark_delay": "0s",
-    }
-    data = {
-        "pipeline": "tiny",
-        "left": side("left"),
-        "right": side("right"),
-        "window": {"lower": "-10m", "upper": "+5m"},
-        "output_table": "out",
-        "join": {"type": "left_outer", "cardinality": "1-to-n"},
-    }
-    for k, v in over.items():
-        data[k] = v
-    return parse_spec(data)
 
 
 def ts(hhmmss: str, day: int = 20) -> datetime:
@@ -75,7 +51,7 @@ def assert_pairs(df, expected):
 
 
 def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")])
     right = events(
         spark,
@@ -97,16 +73,16 @@ def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
 def test_left_outer_keeps_unmatched_left_with_null_right_and_inner_drops_it(spark):
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01"), ("L2", "zzz", "12:00:00", "12:00:01")])
     right = events(spark, [("R1", "a", "12:01:00", "12:02:00")])
-    outer = join_events(left, right, make_spec(), windowed=True)
+    outer = join_events(left, right, tiny_spec(), windowed=True)
     assert_pairs(outer, [("L1", "R1"), ("L2", None)])
     nulls = outer.where("left_event_id = 'L2'").select("right_k", "right_t", "right_arrival_time").first()
     assert nulls == (None, None, None)
-    inner = join_events(left, right, make_spec(join={"type": "inner", "cardinality": "1-to-n"}), windowed=True)
+    inner = join_events(left, right, tiny_spec(join={"type": "inner", "cardinality": "1-to-n"}), windowed=True)
     assert_pairs(inner, [("L1", "R1")])
 
 
 def test_one_to_one_keeps_the_first_arrived_match_then_partition_then_offset(spark):
-    spec = make_spec(join={"type": "left_outer", "cardinality": "1-to-1"})
+    spec = tiny_spec(join={"type": "left_outer", "cardinality": "1-to-1"})
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01"), ("L2", "b", "12:00:00", "12:00:01")])
     right = events(
         spark,
@@ -126,7 +102,7 @@ def test_one_to_one_keeps_the_first_arrived_match_then_partition_then_offset(spa
 
 def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
     """A click at 23:55 that arrives at 00:10 lands in the next ds (partitions are by arrival)."""
-    spec = make_spec()
+    spec = tiny_spec()
     left_ds20 = events(spark, [("L1", "a", "23:50:00", "23:50:05", 20, 20)])
     right_all = events(spark, [("R1", "a", "23:55:00", "00:10:00", 20, 21)])
     right_ds20 = right_all.where(F.col("ds") == date(2026, 11, 20))
@@ -206,7 +182,7 @@ def file_streams(spark, tmp_path):
 
 
 def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late_rows_drop(file_streams):
-    s = file_streams(make_spec())  # watermark delay 0 on both sides: everything behind max(t) is late
+    s = file_streams(tiny_spec())  # watermark delay 0 on both sides: everything behind max(t) is late
     s.feed(
         [("L1", "a", "12:00:00", "12:00:01"), ("L2", "c", "12:00:00", "12:00:01")],
         [("R1", "a", "12:02:00", "12:02:01")],
@@ -227,9 +203,9 @@ def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
     from jobs.join.variants import missing_days, right_days
 
     d = date(2026, 11, 20)
-    assert right_days(make_spec(), "batch_1d_2d", d) == [date(2026, 11, 19), d, date(2026, 11, 21)]
-    assert right_days(make_spec(window={"lower": "0s", "upper": "+1h"}), "batch_1d_2d", d) == [d, date(2026, 11, 21)]
-    assert right_days(make_spec(window={"lower": "-1h", "upper": "0s"}), "batch_1d_2d", d) == [date(2026, 11, 19), d]
-    assert right_days(make_spec(), "batch_1d_windowed", d) == [d]
+    assert right_days(tiny_spec(), "batch_1d_2d", d) == [date(2026, 11, 19), d, date(2026, 11, 21)]
+    assert right_days(tiny_spec(window={"lower": "0s", "upper": "+1h"}), "batch_1d_2d", d) == [d, date(2026, 11, 21)]
+    assert right_days(tiny_spec(window={"lower": "-1h", "upper": "0s"}), "batch_1d_2d", d) == [date(2026, 11, 19), d]
+    assert right_days(tiny_spec(), "batch_1d_windowed", d) == [d]
     # the day before the first landed day is history the pipeline never had, not a gap
     assert missing_days([date(2026, 11, 19), d, date(2026, 11, 21)], [d]) == [date(2026, 11, 21)]

@@ -11,40 +11,19 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
+from tiny_spec import tiny_spec
 
 from jobs.join.conditions import join_events, join_streams, predicate_sql
 from jobs.join.variants import DAILY_VARIANTS, computable_ds, right_days, window_day_offsets
-from jobs.spec import SpecError, parse_spec
+from jobs.spec import SpecError
 
 D19, D20, D21, D22, D23 = (date(2026, 11, d) for d in (19, 20, 21, 22, 23))
 SCHEMA = "event_id string, k string, t timestamp, n int, _arrival_time timestamp, _partition int, _offset long, ds date"
 
 
-def spec_data(**over) -> dict:
-    side = lambda name: {  # noqa: E731
-        "name": name,
-        "topic": f"{name}_topic",
-        "table": f"{name}_table",
-        "schema": {"event_id": "string", "k": "string", "t": "timestamp", "n": "int"},
-        "key": ["k"],
-        "event_time": "t",
-        "id": "event_id",
-        "watermark_delay": "0s",
-    }
-    data = {
-        "pipeline": "tiny",
-        "left": side("left"),
-        "right": side("right"),
-        "window": {"lower": "-10m", "upper": "+5m"},
-        "output_table": "out",
-        "join": {"type": "left_outer", "cardinality": "1-to-n"},
-    }
-    data.update(over)
-    return data
-
-
 def make_spec(**over):
-    return parse_spec(spec_data(**over))
+    """The shared tiny spec with an int column ``n`` on both sides, for predicates."""
+    return tiny_spec(extra={"n": "int"}, **over)
 
 
 def with_predicate(predicate: str, **join):

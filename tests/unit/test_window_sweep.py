@@ -11,40 +11,16 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
+from tiny_spec import tiny_spec
 
 from jobs.accuracy.sweep import RESULT_COLUMNS, GridError, candidate_grid, parse_grid, right_read_days, sweep, sweep_ds
 from jobs.join.conditions import join_events
-from jobs.spec import parse_spec
 
 H, M = 3600, 60
 D20, D21, D22 = date(2026, 11, 20), date(2026, 11, 21), date(2026, 11, 22)
 
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
-
-
-def make_spec(**over):
-    """The tiny spec of test_join_semantics: key ``k``, event time ``t``, window [-10m, +5m]."""
-    side = lambda name: {  # noqa: E731
-        "name": name,
-        "topic": f"{name}_topic",
-        "table": f"{name}_table",
-        "schema": {"event_id": "string", "k": "string", "t": "timestamp"},
-        "key": ["k"],
-        "event_time": "t",
-        "id": "event_id",
-        "watermark_delay": "0s",
-    }
-    data = {
-        "pipeline": "tiny",
-        "left": side("left"),
-        "right": side("right"),
-        "window": {"lower": "-10m", "upper": "+5m"},
-        "output_table": "out",
-        "join": {"type": "left_outer", "cardinality": "1-to-n"},
-    }
-    data.update(over)
-    return parse_spec(data)
 
 
 def ts(hhmmss: str, day: int = 20) -> datetime:
@@ -71,7 +47,7 @@ def as_dict(result):
 
 
 def test_matches_need_an_offset_inside_the_window_not_just_min_and_max(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     left = events(
         spark,
         [
@@ -117,7 +93,7 @@ def test_matches_need_an_offset_inside_the_window_not_just_min_and_max(spark):
 
 
 def test_sub_second_offsets_are_exact_at_the_bounds(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     t0 = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
     left = spark.createDataFrame([("L1", "a", t0, t0, 0, 0, D20)], SCHEMA)
     right = spark.createDataFrame(
@@ -131,7 +107,7 @@ def test_sub_second_offsets_are_exact_at_the_bounds(spark):
 
 
 def test_several_lefts_on_one_key_are_decided_one_by_one(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01"), ("L2", "a", "14:00:00", "14:00:01")])
     right = events(spark, [("R1", "a", "12:10:00", "12:20:00")])  # L1: +10m, L2: −1h50m
     got = as_dict(sweep(left, right, spec, [(-2 * H, 0), (0, H), (-2 * H, H), (-H, 0)]))
@@ -144,7 +120,7 @@ def test_several_lefts_on_one_key_are_decided_one_by_one(spark):
 
 
 def test_right_days_same_neighbours_and_all_across_midnight(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     left = events(
         spark,
         [
@@ -208,7 +184,7 @@ def test_cell_lookup_and_case_search_agree_with_bisect(spark):
 
 
 def test_no_left_events_gives_no_rows_and_bad_candidates_are_refused(spark):
-    spec = make_spec()
+    spec = tiny_spec()
     left = events(spark, [("L1", "a", "12:00:00", "12:00:01")]).limit(0)
     right = events(spark, [("R1", "a", "12:00:00", "12:00:01")])
     got = sweep(left, right, spec, [(0, H)])
@@ -349,7 +325,7 @@ ODD = (
     [(1, "all", HOURLY), (2, "same", HOURLY), (3, "neighbours", HOURLY), (4, "all", FINE), (5, "same", ODD)],
 )
 def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, grid):
-    spec = make_spec()
+    spec = tiny_spec()
     left, right = random_events(spark, seed)
     left, right = left.cache(), right.cache()
     try:
@@ -379,7 +355,7 @@ def test_sweep_ds_reads_landed_tables_and_checks_right_partitions(spark, test_se
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
-    spec = make_spec(pipeline="sweep_io")
+    spec = tiny_spec(pipeline="sweep_io")
     tables = Tables.of(spec, test_settings)
     left = events(spark, [("L1", "a", "23:50:00", "23:50:05", 20, 20), ("L2", "q", "12:00:00", "12:00:01", 20, 20)])
     right = events(spark, [("R1", "a", "23:55:00", "00:10:00", 20, 21), ("R0", "q", "11:00:00", "11:01:00", 20, 20)])
