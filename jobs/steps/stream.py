@@ -327,7 +327,13 @@ def run_continuous(
     trigger_interval: str | None = None,
     s: Settings | None = None,
 ) -> None:
-    """Run the join (and quarantine) queries until one ends; a failed query raises with its error."""
+    """Run the join (and quarantine) queries until one ends; a failed query raises with its error.
+
+    A start over records that waited longer than a live stream's micro-batches would cover marks
+    the days it catches up on as ``backlog`` (their rate is an upper bound), else ``live``."""
+    kind, days = _increment_kind(spec, bootstrap, Tables.of(spec, s))
+    if days:
+        record_run(spec, days, kind, s=s)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
     spark.streams.awaitAnyTermination()
     for q in queries:
