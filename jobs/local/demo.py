@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def _quiet_logs(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.WARNING if verbose else logging.ERROR)
     if not verbose:
+        # Airflow re-installs its own warnings hook (to the console) whenever it configures
+        # logging, inside dag.test() too, so handlers alone cannot keep libraries' deprecation
+        # notes off the demo's screen; a filter on where they come from can (-v shows them).
+        warnings.filterwarnings("ignore", module=r"(airflow|sqlalchemy|fastapi|starlette|kafka|alembic)(\.|$)")
         logging.captureWarnings(True)
         to_file = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
         for name in ("py.warnings", "kafka"):
