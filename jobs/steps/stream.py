@@ -331,7 +331,11 @@ def run_continuous(
 
     A start over records that waited longer than a live stream's micro-batches would cover marks
     the days it catches up on as ``backlog`` (their rate is an upper bound), else ``live``."""
-    kind, days = _increment_kind(spec, bootstrap, Tables.of(spec, s))
+    try:
+        kind, days = _increment_kind(spec, bootstrap, Tables.of(spec, s))
+    except Exception as exc:  # a label must never stop the stream (Kafka down: the query waits for it)
+        log.warning("cannot tell whether %s starts over a backlog (%s): its run is not labelled", spec.pipeline, exc)
+        kind, days = LIVE, []
     if days:
         record_run(spec, days, kind, s=s)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
