@@ -53,6 +53,9 @@ class MatchRate(_Part):
     left_events: int | None = None
     matched_left: int | None = None
     match_rate: float | None = None
+    #: stream rows: how the run was produced ("upper bound (backlog run)", "replay-as-live (30m
+    #: slices)"; "" live or unknown), jobs.storage.stream_runs.rate_label
+    stream_run: str | None = None
 
 
 class HourlyMatchRate(_Part):
