@@ -533,7 +533,7 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         frame = plugin_frame(page)
         assert frame.locator(".badge.pass[data-gate]").count() == 4
         assert frame.locator('.badge.pass[data-gate="raw_left"]').count() >= 1
-        assert frame.locator("svg.trend path").count() == 4
+        assert frame.locator("svg.trend path").count() == 5  # three baselines, the reference, the stream
         assert frame.locator('[data-gate-stage="shadow"] [data-gate-days]').inner_text() == "2/7"
         assert "failed: match rate" in frame.locator('[data-gate-stage="shadow"] [data-gate-why]').inner_text()
         assert frame.locator("svg.waterfall rect[data-term]").count() == 6  # the latest day's account
