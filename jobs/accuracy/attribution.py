@@ -92,8 +92,14 @@ def _with_slice_watermark(
     rdf = spark.createDataFrame(rows, "_batch_id long, _start long, _end long, _watermark_ms long")
     arrival = F.unix_millis(F.col(ARRIVAL_TIME))
     out = landed.join(F.broadcast(rdf), (arrival >= F.col("_start")) & (arrival < F.col("_end")), "left")
+    return _annotated(out, landed, event_time)
+
+
+def _annotated(joined: DataFrame, landed: DataFrame, event_time: str) -> DataFrame:
+    """Landed rows joined to their micro-batch (``_batch_id``, ``_watermark_ms``) -> the annotated
+    view: the batch, its watermark, and whether that watermark dropped the row."""
     et_ms = F.unix_millis(F.col(event_time))
-    return out.select(
+    return joined.select(
         *landed.columns,
         "_batch_id",
         F.timestamp_millis("_watermark_ms").alias("_watermark"),
@@ -130,15 +136,7 @@ def with_processing_watermark(
     rdf = spark.createDataFrame(ranges, schema)
     cond = (F.col(PARTITION) == F.col("_p")) & (F.col(OFFSET) >= F.col("_start")) & (F.col(OFFSET) < F.col("_end"))
     out = landed.join(F.broadcast(rdf), cond, "left")
-    et_ms = F.unix_millis(F.col(event_time))
-    return out.select(
-        *landed.columns,
-        "_batch_id",
-        F.timestamp_millis("_watermark_ms").alias("_watermark"),
-        F.coalesce((F.col("_watermark_ms") > 0) & (et_ms <= F.col("_watermark_ms")), F.lit(False)).alias(
-            "_dropped_late"
-        ),
-    )
+    return _annotated(out, landed, event_time)
 
 
 def stream_view(
