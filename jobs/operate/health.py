@@ -25,6 +25,7 @@ from jobs.spec import JoinSpec
 from jobs.storage import kafka
 from jobs.storage.hold import supervisor_dir
 from jobs.storage.progress import JOIN_QUERY, end_offsets_read, last_progress
+from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
 STATES = ("running", "exited", "stalled", "backlogged", "starting", "held")
@@ -87,7 +88,7 @@ def kafka_lag(
     """Per stream: records not read yet, and the age (s) of the oldest unread record."""
     done = end_offsets_read(progress)
     now = time.time() if now is None else now
-    topics = {side: spec.side(side).topic for side in ("left", "right")}
+    topics = topics_read(spec, progress)
     ends = kafka.end_offsets(bootstrap, list(topics.values()), int(timeout_s * 1000))
     oldest = kafka.oldest_unread(bootstrap, done, ends, timeout_s)
     lag: dict[str, int | None] = {}
@@ -142,9 +143,10 @@ def health(
         start = _parse_iso(p.get("timestamp"))
         h.last_progress_at = (start + (h.batch_duration_ms or 0) / 1000) if start else None
         secs = max((h.batch_duration_ms or 0) / 1000, 1e-3)
+        topics = topics_read(spec, p)
         for src in p.get("sources", []):
             for side in ("left", "right"):
-                if f"[{spec.side(side).topic}]" in src.get("description", ""):
+                if f"[{topics[side]}]" in src.get("description", ""):
                     h.input_rows_per_s[side] = round(src.get("numInputRows", 0) / secs, 3)
         ops = p.get("stateOperators") or []
         if ops:
@@ -262,8 +264,9 @@ def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
         "started_at": p.get("timestamp"),
         "batch_duration_ms": int(dur) if dur is not None else None,
     }
+    topics = topics_read(spec, p)
     for side in ("left", "right"):
-        srcs = [x for x in p.get("sources", []) if f"[{spec.side(side).topic}]" in x.get("description", "")]
+        srcs = [x for x in p.get("sources", []) if f"[{topics[side]}]" in x.get("description", "")]
         row[f"input_rows_{side}"] = sum(int(x.get("numInputRows") or 0) for x in srcs)
         rates = [x.get("processedRowsPerSecond") for x in srcs if x.get("processedRowsPerSecond") is not None]
         row[f"processed_rate_{side}"] = float(sum(rates)) if rates else None

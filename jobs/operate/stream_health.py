@@ -46,6 +46,7 @@ from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import kafka
 from jobs.storage.progress import JOIN_QUERY, recent_progress
+from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.health")
@@ -280,15 +281,16 @@ def _event_times(spec: JoinSpec, progress: list[dict[str, Any]], bootstrap: str,
     """Per stream, the event times (ms) of the records each of the latest micro-batches read."""
     out: dict[str, list[np.ndarray]] = {}
     recent = progress[-PT_BATCHES:]
+    topics = topics_read(spec, progress[-1] if progress else None)
     for x in SIDES:
-        st = spec.side(x)
-        per_batch = batch_ranges(recent, st.topic)
+        st, topic = spec.side(x), topics[x]
+        per_batch = batch_ranges(recent, topic)
         span: dict[int, tuple[int, int]] = {}
         for r in per_batch:
             for part, (s0, e0) in r.items():
                 lo, hi = span.get(part, (s0, e0))
                 span[part] = (min(lo, s0), max(hi, e0))
-        got = kafka.read_ranges(bootstrap, {st.topic: span}, max_records=max_records, timeout_s=timeout_s)[st.topic]
+        got = kafka.read_ranges(bootstrap, {topic: span}, max_records=max_records, timeout_s=timeout_s)[topic]
         by_pos: dict[tuple[int, int], Any] = {}
         for part, off, value in got:
             with contextlib.suppress(ValueError, TypeError, AttributeError):

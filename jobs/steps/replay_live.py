@@ -49,7 +49,7 @@ from jobs.storage import delta_io, kafka
 from jobs.storage.checkpoints import local_path
 from jobs.storage.hold import current_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, await_logged, read_progress
-from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run
+from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.replay_as_live")
@@ -80,11 +80,6 @@ class ReplayAsLiveResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def replay_topics(spec: JoinSpec) -> dict[str, str]:
-    """The topics a pipeline's replay-as-live publishes into, by side."""
-    return {side: f"joinshift-replay.{spec.pipeline}.{side}" for side in ("left", "right")}
 
 
 def _reading(spec: JoinSpec, topics: dict[str, str]) -> JoinSpec:

@@ -30,6 +30,31 @@ REPLAY_AS_LIVE, LIVE, BACKLOG = "replay-as-live", "live", "backlog"
 LIVE_BACKLOG_INTERVALS = 2
 
 
+def replay_topics(spec: JoinSpec) -> dict[str, str]:
+    """The topics a pipeline's replay-as-live publishes into (and its trial stream reads), by side."""
+    return {side: f"joinshift-replay.{spec.pipeline}.{side}" for side in ("left", "right")}
+
+
+def topics_read(spec: JoinSpec, progress: dict[str, Any] | None) -> dict[str, str]:
+    """By side, the topic the stream whose micro-batch this is actually read: the spec's topic,
+    or the replay topic when the stream ran as a replay-as-live trial. Without a micro-batch
+    that names either, the spec's topics."""
+    read: set[str] = set()
+    for src in (progress or {}).get("sources", []):
+        end = src.get("endOffset") or {}
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                end = {}
+        read.update(end if isinstance(end, dict) else {})
+    replay = replay_topics(spec)
+    return {
+        side: replay[side] if replay[side] in read and spec.side(side).topic not in read else spec.side(side).topic
+        for side in ("left", "right")
+    }
+
+
 def runs_file(spec: JoinSpec, s: Settings | None = None) -> Path:
     return Path((s or settings()).path("stream_runs", f"{spec.pipeline}.json"))
 

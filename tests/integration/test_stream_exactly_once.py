@@ -9,6 +9,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.spec import Cardinality
+
 pytestmark = pytest.mark.integration
 
 
@@ -22,7 +24,7 @@ def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str):
     return own_pipeline_spec(
         name,
         side={"watermark_delay": spec.timestamp_validity.max_past},
-        join=spec.join.model_copy(update={"cardinality": cardinality}),
+        join=spec.join.model_copy(update={"cardinality": Cardinality(cardinality)}),
         # 4 micro-batches of the 411 right records: the crash lands on the third, one is left after it
         streaming=spec.streaming.model_copy(update={"max_offsets_per_trigger": 110}),
     )

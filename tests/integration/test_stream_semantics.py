@@ -21,6 +21,8 @@ from datetime import UTC, date, datetime
 import pandas as pd
 import pytest
 
+from jobs.spec import Cardinality, JoinType
+
 pytestmark = pytest.mark.integration
 
 D20, D21, D22 = date(2026, 11, 20), date(2026, 11, 21), date(2026, 11, 22)
@@ -95,7 +97,7 @@ def test_inner_join_with_a_window_longer_than_a_day_equals_the_reference(
         "semantics_inner_long",
         side={"watermark_delay": demo_spec.timestamp_validity.max_past},
         window=WindowSpec.model_validate({"lower": "-1h", "upper": "+30h"}),
-        join=demo_spec.join.model_copy(update={"type": "inner"}),
+        join=demo_spec.join.model_copy(update={"type": JoinType.inner}),
     )
     publish(
         kafka,
@@ -126,7 +128,7 @@ def test_one_to_one_on_the_stream_keeps_the_first_arrived_match_like_batch(
     spec = own_pipeline_spec(
         "semantics_one_to_one",
         side={"watermark_delay": demo_spec.timestamp_validity.max_past},
-        join=demo_spec.join.model_copy(update={"cardinality": "1-to-1"}),
+        join=demo_spec.join.model_copy(update={"cardinality": Cardinality.one_to_one}),
         # a few records per micro-batch, so a left event and its matches meet across batches
         streaming=demo_spec.streaming.model_copy(update={"max_offsets_per_trigger": 2}),
     )

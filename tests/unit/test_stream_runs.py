@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import date
 
 from rich.console import Console
 
 from jobs.accuracy.compare import render_table
-from jobs.storage.stream_runs import BACKLOG, LIVE, REPLAY_AS_LIVE, rate_label, read_runs, record_run, run_of
+from jobs.storage.stream_runs import (
+    BACKLOG,
+    LIVE,
+    REPLAY_AS_LIVE,
+    rate_label,
+    read_runs,
+    record_run,
+    replay_topics,
+    run_of,
+    topics_read,
+)
 
 D1, D2 = date(2026, 11, 19), date(2026, 11, 20)
 
@@ -53,3 +64,21 @@ def test_compare_table_labels_a_backlog_stream_rate_an_upper_bound(tmp_path, dem
     plain = Console(width=240, record=True)
     plain.print(render_table(_metrics(D1, 0.99)))
     assert "upper bound" not in plain.export_text()
+
+
+def _progress(*topics: str) -> dict:
+    return {
+        "sources": [{"description": f"KafkaV2[Subscribe[{t}]]", "endOffset": json.dumps({t: {"0": 5}})} for t in topics]
+    }
+
+
+def test_the_topics_read_are_the_replay_topics_only_when_a_trial_read_them(demo_spec):
+    own = {"left": demo_spec.left.topic, "right": demo_spec.right.topic}
+    replay = replay_topics(demo_spec)
+    assert topics_read(demo_spec, None) == own  # no micro-batch yet: the spec's topics
+    assert topics_read(demo_spec, _progress(*own.values())) == own
+    assert topics_read(demo_spec, _progress(*replay.values())) == replay  # a replay-as-live trial
+    assert topics_read(demo_spec, _progress(replay["left"], own["right"])) == {
+        "left": replay["left"],
+        "right": own["right"],
+    }
