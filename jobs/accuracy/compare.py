@@ -206,16 +206,24 @@ def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs:
     gap to the spec's baseline and to the reference (the ceiling with no daily cut-off).
 
     ``runs`` (``jobs.storage.stream_runs.read_runs``): how each ds's stream output was produced;
-    its label (a backlog run's rate is an upper bound) is shown beside the rates.
+    its label (a backlog run's rate is an upper bound) is the caption's when every ds has the same,
+    else a column.
     """
     from rich.table import Table
 
-    from jobs.storage.stream_runs import rate_label
-
-    t = Table(title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas")
-    for h in ("ds", *VARIANTS, f"stream-{baseline}(pp)", "stream-reference(pp)", "p99 to lower", "p99 to upper"):
+    labels = {str(r["ds"]): _run_label(runs.get(str(r["ds"]))) for r in summary_rows(metrics, baseline)} if runs is not None else {}
+    one_label = len(set(labels.values())) == 1
+    caption = [f"stream − {baseline} (the spec's baseline) and stream − reference, in percentage points"]
+    if runs is not None and one_label:
+        caption.append(f"stream run: {next(iter(labels.values()))}")
+    t = Table(
+        title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas",
+        caption="; ".join(caption),
+    )
+    # two-line headers keep the table inside a terminal's width
+    for h in ("ds", *VARIANTS, "vs\nbaseline\n(pp)", "vs\nreference\n(pp)", "p99 to\nlower", "p99 to\nupper"):
         t.add_column(h, justify="right")
-    if runs is not None:
+    if runs is not None and not one_label:
         t.add_column("stream run", justify="left")
     for r in summary_rows(metrics, baseline):
         cells = [
@@ -226,11 +234,16 @@ def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs:
             _dur(r.get("stream_to_lower_p99")),
             _dur(r.get("stream_to_upper_p99")),
         ]
-        if runs is not None:
-            run = runs.get(str(r["ds"]))
-            cells.append(rate_label(run) or (run or {}).get("kind", "unknown"))
+        if runs is not None and not one_label:
+            cells.append(labels[str(r["ds"])])
         t.add_row(*cells)
     return t
+
+
+def _run_label(run: dict | None) -> str:
+    from jobs.storage.stream_runs import rate_label
+
+    return rate_label(run) or (run or {}).get("kind", "unknown")
 
 
 def render_hourly_table(rows: list[dict]):

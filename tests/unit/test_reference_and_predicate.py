@@ -243,7 +243,7 @@ def test_compare_shows_the_streams_gap_to_its_baseline_and_to_the_reference():
     console = Console(width=250, record=True)
     console.print(render_table(metrics, "batch_1d_2d"))
     text = console.export_text()
-    assert "stream-batch_1d_2d(pp)" in text and "stream-reference(pp)" in text and "93.00%" in text
+    assert "stream − batch_1d_2d (the spec's baseline) and stream − reference" in text and "93.00%" in text
     assert "-3.00" in text and "-1.00" in text
     hourly = [
         {"ds": D20, "hour": 7, "variant": v, "left_events": 40, "matched_left": k, "match_rate": k / 40}
