@@ -211,7 +211,8 @@ def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs:
     """
     from rich.table import Table
 
-    labels = {str(r["ds"]): _run_label(runs.get(str(r["ds"]))) for r in summary_rows(metrics, baseline)} if runs is not None else {}
+    days = [str(r["ds"]) for r in summary_rows(metrics, baseline)]
+    labels = {d: _run_label(runs.get(d)) for d in days} if runs is not None else {}
     one_label = len(set(labels.values())) == 1
     caption = [f"stream − {baseline} (the spec's baseline) and stream − reference, in percentage points"]
     if runs is not None and one_label:
