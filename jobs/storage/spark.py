@@ -7,6 +7,8 @@ JVM jars come from the local cache that set-up filled from Maven Central
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import glob
 import logging
 import os
@@ -111,6 +113,20 @@ def get_spark(
     for k, v in {**BASE_CONF, **s.spark_conf, **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    atexit.register(_stop, spark)
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
     log.info("Spark %s session on %s", spark.version, s.spark_master)
     return spark
+
+
+def _stop(spark: SparkSession) -> None:
+    """Close state stores and stop the session before the JVM exits. Left to the JVM's shutdown
+    hooks, Spark deletes its local dirs while RocksDB stores are still open, and a run that
+    succeeded ends with RocksDB ERRORs ("Unable to close MANIFEST ... No such file")."""
+    with contextlib.suppress(Exception):
+        for q in spark.streams.active:
+            q.stop()
+    with contextlib.suppress(Exception):
+        spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # type: ignore[union-attr]
+    with contextlib.suppress(Exception):
+        spark.stop()
