@@ -29,6 +29,7 @@ from jobs.operate.health import health_log
 from jobs.settings import Settings
 from jobs.spec import JoinSpec, JoinType
 from jobs.storage import delta_io
+from jobs.storage.stream_runs import run_of
 from jobs.storage.tables import Tables
 
 #: Health states after which the supervisor restarts the stream.
@@ -138,7 +139,7 @@ def measure_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | Non
     unexplained: int | None = None
     try:
         unexplained = unexplained_misses(spark, spec, ds, s)
-    except FileNotFoundError as e:  # the baseline's output is missing (batch retired or not run)
+    except (FileNotFoundError, ValueError) as e:  # the baseline's output is missing (batch retired or not run)
         notes["unexplained_misses"] = f"miss account unavailable: {e}"
     latency = latency_p99_s(output, spec)
     if latency is None:
@@ -153,5 +154,6 @@ def measure_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | Non
         late_dropped=late,
         latency_p99_s=latency,
         restarts=restarts_of_day(spec, ds, s),
+        stream_run=(run_of(spec, ds, s) or {}).get("kind"),
         notes=notes,
     )

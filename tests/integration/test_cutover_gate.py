@@ -5,8 +5,8 @@ tables, the batch baseline joined by the product's join, the stream's output equ
 ``emitted_at`` ten minutes after each search, match metrics from ``compare``. On the second day
 the stream lost four clicked searches, so that day breaks the SLO and promotion waits; after
 three good days in a row (the last evaluated by the ``joinshift_gate`` DAG) it promotes; forced
-promotions (reason recorded) go on to retire, which pauses ``joinshift_daily``; a rollback
-restores the batch view and unpauses the batch DAG.
+promotions (reason recorded) go on to retire, which pauses ``joinshift_daily``; rollbacks one
+stage at a time (retired, cutover, canary) unpause the batch DAG and restore the batch view.
 """
 
 from __future__ import annotations
@@ -177,7 +177,18 @@ def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(spa
     state = json.loads(Path(tables.gate_state()).read_text())
     assert state["stage"] == "retired" and state["batch_dag_paused"] is True
 
-    # rollback from retired: the public view reads the batch output again and the batch DAG runs
+    # rollback from every stage, one at a time: retired -> cutover runs the batch DAG again (the
+    # stream still serves); cutover -> canary gives the public view back to the batch output
+    assert _run(["gate", "rollback", "--spec", f, "--to", "cutover", "--reason", "keep the fallback"])[0] == 0
+    assert not _batch_dag_paused()
+    assert _view(spark, spec, "public")["variant"] == "stream"
+    assert _run(["gate", "rollback", "--spec", f, "--to", "canary", "--reason", "late clicks missing"])[0] == 0
+    assert _view(spark, spec, "public")["table"] == tables.output("batch_1d_windowed")
+    assert _view(spark, spec, "canary")["table"] == tables.output("stream")
+    code, msg = _run(["gate", "rollback", "--spec", f, "--to", "cutover"])
+    assert code == 2 and "cutover" in msg, msg  # a rollback never moves forward
+
+    # rollback from canary: nobody reads the stream; the public view reads the batch output
     assert _run(["gate", "rollback", "--spec", f, "--reason", "late clicks missing"])[0] == 0
     assert not _batch_dag_paused()
     assert _view(spark, spec, "public")["table"] == tables.output("batch_1d_windowed")
@@ -190,7 +201,9 @@ def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(spa
         ("shadow", "canary", False),
         ("canary", "cutover", True),
         ("cutover", "retired", True),
-        ("retired", "shadow", False),
+        ("retired", "cutover", False),
+        ("cutover", "canary", False),
+        ("canary", "shadow", False),
     ]
     assert decisions[0]["by"] == "tester" and decisions[0]["through_ds"] == DAYS[4]
     assert "late clicks missing" in decisions[-1]["reason"]

@@ -60,11 +60,19 @@ def test_match_rate_below_tolerance_fails_with_the_gap_and_the_baseline():
         ({"restarts": 4}, "restarts"),
         ({"stream_rate": None}, "match_rate"),  # not measured: cannot be verified, so not met
         ({"lost": None}, "lost_rows"),
+        ({"stream_run": "backlog"}, "match_rate"),  # an upper bound: does not count toward a promotion
     ],
 )
 def test_each_rule_alone_breaks_the_day(over, failing):
     st = status(good(D, **over))
     assert [c for c, s in st.items() if s == FAILED] == [failing]
+
+
+def test_a_backlog_day_says_its_rate_is_an_upper_bound_and_a_replay_as_live_day_counts():
+    checks = gate.evaluate_day(good(D, stream_run="backlog"), SLO)
+    assert gate.why_not(checks).startswith("match rate -0.50 pp is an upper bound (backlog run)")
+    assert gate.day_met(gate.evaluate_day(good(D, stream_run="replay-as-live"), SLO))
+    assert gate.day_met(gate.evaluate_day(good(D, stream_run="live"), SLO))
 
 
 def test_a_latency_budget_is_checked_and_unmeasured_latency_then_fails():
