@@ -382,7 +382,24 @@ def _match_rates(data: dict, report_mod: Any) -> dict | None:
                 "is_stream": v == "stream",
             }
         )
-    return {"days": days, "first": days[0], "last": days[-1], "rows": rows, "chart": trend_chart(days, rows)}
+    last = by_ds[days[-1]]
+    gaps = [
+        {
+            "vs": v,
+            "label": report_mod.VARIANT_LABELS.get(v, v),
+            "pp": report_mod.fmt_pp(100 * (last["stream"] - last[v])),
+        }
+        for v in dict.fromkeys((baseline, "reference"))
+        if "stream" in last and v in last
+    ]
+    return {
+        "days": days,
+        "first": days[0],
+        "last": days[-1],
+        "rows": rows,
+        "gaps": gaps,
+        "chart": trend_chart(days, rows),
+    }
 
 
 def _hourly(data: dict, report_mod: Any, baseline: str) -> dict | None:
@@ -443,7 +460,7 @@ def _recommendation(data: dict, report_mod: Any) -> dict | None:
                 report_mod.fmt_duration(rec.get("output_latency_s")),
             ),
         ],
-        "reasons": [str(r) for r in _list(rec.get("reasons")) if r][:3],
+        "reasons": [str(r) for r in _list(rec.get("reasons")) if r],
     }
 
 

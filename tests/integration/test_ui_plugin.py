@@ -163,6 +163,13 @@ def test_overview_shows_each_pipeline(client, reports_root):
         assert f'data-variant="{variant}"' in html
         assert fmt_pct(rate) in html
     assert '<svg class="trend"' in html and html.count("<path d=") == len(VARIANTS)  # one line per variant
+    # the stream's gap to the spec's baseline and to the reference with no daily cut-off
+    from jobs.report.render import fmt_pp
+
+    baseline = data["spec"]["baseline"]
+    for vs in (baseline, "reference"):
+        gap = re.search(rf'data-gap="{vs}"><b>([^<]+)</b>', html)
+        assert gap and gap.group(1) == fmt_pp(100 * (latest["stream"] - latest[vs])), vs
     # the newest day per hour: every hour of the report, with the stream's rate as the report formats it
     hourly = [r for r in data["match_rates_hourly"] if r["variant"] == "stream"]
     assert hourly and all(f'data-hour="{r["hour"]:02d}"' in html for r in hourly)
@@ -185,6 +192,19 @@ def test_overview_shows_each_pipeline(client, reports_root):
         name = rb["path"].removeprefix("include/runbooks/")
         assert f'href="runbooks/{name}"' in html and rb["title"] in html
     assert "No accuracy reports yet" not in html
+
+
+def test_a_backlog_stream_rate_is_labelled_an_upper_bound_on_the_page(plugin):
+    from jobs.report import render
+
+    rates = [
+        {"ds": "2026-11-20", "variant": "stream", "match_rate": 0.95, "stream_run": "upper bound (backlog run)"},
+        {"ds": "2026-11-20", "variant": "batch_1d_windowed", "match_rate": 0.93},
+    ]
+    mr = plugin._match_rates({"match_rates": rates, "spec": {"baseline": "batch_1d_windowed"}}, render)
+    stream = next(r for r in mr["rows"] if r["variant"] == "stream")
+    assert stream["label"].endswith(" · upper bound (backlog run)")
+    assert [(g["vs"], g["pp"]) for g in mr["gaps"]] == [("batch_1d_windowed", "+2.00 pp")]
 
 
 def test_overview_draws_the_latest_account_as_a_waterfall(client, reports_root):
