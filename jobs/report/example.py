@@ -58,7 +58,6 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
                 "late_right": int(rng_h.poisson(1 + 5 * night)),
                 "outside_window": int(rng_h.poisson(0.4)),
                 "left_late": int(rng_h.poisson(0.1)),
-                "quarantined": int(rng_h.poisson(0.25)),
             }
         )
         cutoff_gain += int(rng_h.poisson(18 if h == 23 else (9 if h == 22 else 0.1)))
@@ -176,7 +175,7 @@ def example_data(ds: str = "2026-11-20", days: int = 7, seed: int = 7) -> dict:
             }
         )
 
-    counts = {c: sum(r[c] for r in by_hour) for c in CAUSES}
+    counts = {c: sum(r.get(c, 0) for r in by_hour) for c in CAUSES}
     samples = {c: [f"L{rng.integers(10**6, 10**7)}" for _ in range(min(5, counts[c]))] for c in CAUSES}
 
     st = boundary["stream"]

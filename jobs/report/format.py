@@ -75,10 +75,15 @@ CAUSES = {  # cause -> (label, colour, explanation)
         "#8b5cf6",
         "the left event arrived behind the left watermark and was emitted unmatched",
     ),
-    "quarantined": (
-        "partner quarantined",
+    "not_yet_processed": (
+        "not read yet",
+        "#0ea5e9",
+        "the stream had not read the matching right events when the day was compared",
+    ),
+    "other": (
+        "unexplained",
         "#64748b",
-        "the matching right event was set aside by the landing gates (malformed or invalid)",
+        "a match the baseline has and the stream lacks for no cause above",
     ),
 }
 #: Keys older reports put among the attribution counts that are gains, not miss causes: never

@@ -12,7 +12,8 @@ rate* = matched left events / left events (§7.1); the *window* ``[lower, upper]
 the left event time; *boundary deltas* are how far matched right events are from the window's
 bounds (§6.5); *PT* is the estimated processing time of a stream and *PT delay* the wall clock
 minus PT (§5.3, §7.4). Attribution causes: ``late_right`` / ``outside_window`` / ``left_late`` /
-``quarantined`` are reasons a left event went unmatched in the stream but not in the baseline.
+``not_yet_processed`` / ``other`` are reasons a left event went unmatched in the stream but not in
+the baseline (records quarantined at landing are counted beside them, never joined).
 The *account* splits stream − baseline into terms that add up to it: the cut-off gain (matches
 through right events that landed on a day the daily baseline does not read) minus the left-late
 and right-late losses minus the rest. Older reports may carry ``midnight_gain`` among the

@@ -277,6 +277,16 @@ def test_stream_outside_tolerance_needs_attention(tmp_path):
     assert 'class="value bad">-2.00 pp<' in html
 
 
+def test_a_backlog_stream_rate_is_labelled_an_upper_bound(tmp_path):
+    rows = [
+        {"ds": "2026-11-20", "variant": "stream", "match_rate": 0.95, "stream_run": "upper bound (backlog run)"},
+        {"ds": "2026-11-20", "variant": "batch_1d_windowed", "match_rate": 0.93},
+    ]
+    files = render_report(_minimal(match_rates=rows, spec={"tolerance_pp": 1.5}), tmp_path)
+    html = files.html.read_text(encoding="utf-8")
+    assert '<small class="stream-run">upper bound (backlog run)</small>' in html
+
+
 # ------------------------------------------------------------------ latest.json and index.html
 
 
