@@ -6,8 +6,9 @@ the ds (paper §7.1); per hour, of the left events whose event time falls in tha
 spec's time zone (the hours of a ds add up to its day).
 *Window-boundary deltas* (paper §6.5), per matched pair: how far the right event time is from
 the window's lower bound (``r.t − (l.t + lower)``) and from its upper bound
-(``(l.t + upper) − r.t``), in seconds; a p99 close to 0 on one side says "widen that side",
-a large one says "this side can shrink".
+(``(l.t + upper) − r.t``), in seconds; a p1 within 1 % of the window's span on one side says
+"widen that side", one beyond a quarter of it says "this side can shrink"
+(:func:`jobs.accuracy.recommend.bound_advice`, the one rule the report uses too).
 
 Run one ds (``--hourly`` also prints the per-hour rates)::
 

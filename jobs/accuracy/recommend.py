@@ -41,6 +41,7 @@ from jobs.accuracy.tradeoff import (
     stream_lateness,
 )
 from jobs.spec import JoinSpec, fmt_duration, format_bytes, format_duration
+from jobs.storage.stream_runs import rate_label, read_runs
 
 log = logging.getLogger("joinshift.recommend")
 
@@ -328,7 +329,11 @@ def recommend(
     front = [Candidate.of(r) for _, r in frontier.pareto(grid).iterrows()]
     tried = _windows(grid, chosen)
     ref = mean_rate("reference")
-    ref_source = "reference (match_metrics)" if ref is not None else "the deployed window over ds−1..ds+1, no drops"
+    ref_source = (
+        "reference (match_metrics)"
+        if ref is not None
+        else "the deployed window over every right ds it reaches, no drops"
+    )
     if ref is None:
         ref = deployed.window_rate
     within = None if base_rate is None else chosen.match_rate >= base_rate - tol / 100 - 1e-12
@@ -342,9 +347,13 @@ def recommend(
         f"{len(front)} on the Pareto frontier (match rate vs p99 latency)"
     )
     if stream_rate is not None:
+        runs = read_runs(spec, s)
+        labels = sorted({rate_label(runs.get(str(d))) for d in days} - {""})
         explanation.append(
-            f"the deployed stream measured {100 * stream_rate:.2f}% on these days; predicted at the deployed "
-            f"settings {100 * deployed.match_rate:.2f}% ({cadence.label()}; a run at another cadence differs)"
+            f"the deployed stream measured {100 * stream_rate:.2f}% on these days"
+            + (f" ({' / '.join(labels)})" if labels else "")
+            + f"; predicted at the deployed settings {100 * deployed.match_rate:.2f}% ({cadence.label()}; "
+            f"a run at another cadence differs)"
         )
     for side, lt in lateness.items():
         explanation.append(

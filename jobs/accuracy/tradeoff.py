@@ -293,17 +293,20 @@ def observe(
 ) -> tuple[Observed, dict[str, Any]]:
     """Read the landed days once: the :class:`Observed` arrays, and per stream its records'
     (arrival ms, event µs) for the evidence. Right events (and the watermark's history) come from
-    arrival ds ``days[0] − 1 .. days[-1] + 1``, as far as they have landed."""
+    every arrival ds the widest candidate window reaches, and at least ``days[0] − 1 .. days[-1] + 1``,
+    as far as they have landed."""
     from pyspark.sql import functions as F
 
     from jobs.accuracy.lateness import batch_clock
     from jobs.join.columns import ARRIVAL_TIME, col_name
     from jobs.join.conditions import match_condition, predicate_columns
+    from jobs.join.variants import window_day_offsets
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
-    span = [min(days) - timedelta(days=1), max(days) + timedelta(days=1)]
+    reach = window_day_offsets(*widest)  # a window longer than a day reaches N days
+    span = [min(days) + timedelta(days=min(-1, reach[0])), max(days) + timedelta(days=max(1, reach[-1]))]
     landed = {
         side: delta_io.read_table(spark, tables.landed(side)).where(F.col("ds").between(*span))
         for side in ("left", "right")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,12 @@ class VerifyResult:
 
     def within(self, pp: float = PROMISE_PP) -> bool:
         return abs(self.diff_pp) <= pp + 1e-9
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for day, check in zip(d["days"], self.days, strict=True):
+            day["diff_pp"] = check.diff_pp
+        return {**d, "diff_pp": self.diff_pp, "promise_pp": PROMISE_PP, "within": self.within()}
 
 
 def compare(

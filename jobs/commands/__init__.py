@@ -291,9 +291,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     with console.status(f"measuring candidates over the landed days ({cadence.label()})"):
         rec = recommend(spark, spec, days, cadence=cadence)
         path = save(spark, spec, rec)
-    if args.json and not args.verify:
-        print(path.read_text())
-        return 0
+    if args.json:
+        if not args.verify:
+            print(path.read_text())
+            return 0
+        res = _run_verify(spark, spec, rec, days, slice_minutes or 30, console)
+        print(json.dumps({"recommendation": json.loads(path.read_text()), "verify": res.to_dict()}, default=str))
+        return 0 if res.within() else 1
     console.print(_frontier_table(rec))
     c = rec.chosen
     console.print(
@@ -310,14 +314,20 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> Any:
+    from jobs.accuracy.verify import verify
+
+    with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
+        return verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)
+
+
 def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> int:
     from rich.table import Table
 
-    from jobs.accuracy.verify import PROMISE_PP, verify
+    from jobs.accuracy.verify import PROMISE_PP
     from jobs.spec import fmt_duration
 
-    with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
-        res = verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)
+    res = _run_verify(spark, spec, rec, days, slice_minutes, console)
     t = Table(title=f"predicted vs measured ({res.pipeline}, {res.cadence})", title_justify="left")
     for col in ("ds", "left events", "predicted", "measured", "measured − predicted"):
         t.add_column(col, justify="left" if col == "ds" else "right")

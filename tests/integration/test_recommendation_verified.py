@@ -56,6 +56,9 @@ def test_the_prediction_at_the_deployed_settings_is_the_stream_that_ran(
     for ds, rate in measured.items():
         assert abs(dep.per_ds[ds] - rate) * 100 <= 2 * WITHIN_PP, ds
     assert rec.stream_match_rate == pytest.approx(overall)
+    # the measured rate says how the stream ran (here: replayed as live, so it counts)
+    said = f"the deployed stream measured {100 * overall:.2f}% on these days (replay-as-live ({SLICE_MINUTES}m slices))"
+    assert any(r.startswith(said) for r in rec.explanation), rec.explanation
 
 
 def _diagnose(spark, spec, settings, dep, measured: float) -> None:
@@ -134,8 +137,14 @@ def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeli
     from jobs.cli import main
 
     days = ["--ds", str(DAYS[0]), "--to", str(DAYS[-1])]
-    code = main(["recommend", *days, "--output-latency", "1h", "--verify"])
+    code = main(["recommend", *days, "--output-latency", "1h", "--verify", "--json"])
     out = capsys.readouterr().out
     print(out)
-    assert "predicted vs measured" in out and "replay-as-live with 30-minute slices" in out
+    result = json.loads(out.strip().splitlines()[-1])
+    rec, res = result["recommendation"], result["verify"]
+    assert rec["cadence"] == res["cadence"] == "replay-as-live with 30-minute slices"
+    assert rec["fits_budgets"] and rec["chosen"]["p99_latency_s"] <= 3600  # the chosen settings fit the 1 h budget
+    assert [d["ds"] for d in res["days"]] == [str(d) for d in DAYS] and res["output_rows"] > 0
+    print(f"predicted {100 * res['predicted']:.3f}%, measured {100 * res['measured']:.3f}%, {res['diff_pp']:+.3f} pp")
+    assert abs(res["diff_pp"]) <= WITHIN_PP and res["within"]
     assert code == 0, "the measured match rate is not within 0.05 pp of the prediction"

@@ -185,6 +185,26 @@ def test_the_grid_refines_between_the_frontier_points_around_the_budget():
     assert (60, 1080) in delays and (30, 300) in delays
 
 
+def test_without_a_latency_budget_the_grid_refines_around_the_frontiers_knee():
+    # match rate saturates: the knee is where more latency stops buying rate (3000 s, 92.5%)
+    df = _cands(
+        [
+            (-600, 600, 60, 300, 0.800, 600, 1e6),
+            (-600, 1200, 60, 600, 0.900, 1800, 2e6),
+            (-600, 1800, 60, 1800, 0.925, 3000, 3e6),
+            (-600, 3600, 600, 3600, 0.927, 6000, 6e6),
+            (-600, 7200, 600, 7200, 0.928, 9000, 9e6),
+        ]
+    )
+    assert frontier.knee(frontier.pareto(df)).p99_latency_s == 3000
+    axes = {"lower_s": [-600], "upper_s": [600, 1200, 1800, 3600, 7200], "left_delay_s": [60, 600],
+            "right_delay_s": [300, 600, 1800, 3600, 7200]}  # fmt: skip
+    anchors = [int(a.p99_latency_s) for a in frontier.anchors(df, frontier.Limits())]
+    assert anchors == [3000, 9000]  # the knee, and the choice (the best rate without budgets)
+    windows = {w for ws, _ in frontier.refinement(df, axes, frontier.Limits()) for w in ws}
+    assert {(-600, 1500), (-600, 2700)} <= windows  # midpoints either side of the knee's upper bound
+
+
 def test_small_samples_say_what_the_quantile_rests_on():
     late = np.arange(483) * 1000.0
     # 0.1% of 483 records allows none to be late: the "quantile" is the maximum, and it says so
