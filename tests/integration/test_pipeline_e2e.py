@@ -241,7 +241,7 @@ def test_the_account_adds_up_and_attribution_explains_every_match_the_stream_lac
     for ds in DAYS:
         stream = _pairs(_read(spark, t.output("stream")), f"ds = '{ds}' AND right_event_id IS NOT NULL")
         s_ids = {lid for lid, _ in stream}
-        for baseline in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed"):
+        for baseline in ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "reference"):
             att = attribute_misses(spark, demo_spec, ds, s=test_settings, baseline=baseline)
             a = att["account"]
             assert (a["ds"], a["baseline"], att["baseline"]) == (str(ds), baseline, baseline)

@@ -2,9 +2,10 @@
 hand-made records in pipelines of their own, checked against the batch variants run on the same
 records landed from the same topics:
 
-* an inner join with a window longer than a day: the stream emits every pair in the window (also
-  across two midnights) and no row for an unmatched left event; the ``reference`` variant (every
-  right day the window reaches) equals it, ``batch_1d_windowed`` loses what crosses midnight;
+* an inner join with a window longer than a day and an extra predicate: the stream emits every
+  pair in the window the predicate admits (also across two midnights) and no row for an unmatched
+  left event; the ``reference`` variant (every right day the window reaches) equals it,
+  ``batch_1d_windowed`` loses what crosses midnight;
 * 1-to-1 over several micro-batches: the stream keeps per left event the match that arrived
   first, as the batch variant does (one partition per topic: across partitions a rate limit can
   read a later arrival first, which the replay-as-live path addresses).
@@ -38,8 +39,8 @@ def left(eid: str, key: str, t: datetime, arrival: datetime) -> dict:
     return {"side": "left", "key": key, "value": value, "arrival": arrival}
 
 
-def right(eid: str, key: str, t: datetime, arrival: datetime) -> dict:
-    value = {"event_id": eid, "session_id": key, "event_time": t.isoformat(), "action": "click", "position": 1}
+def right(eid: str, key: str, t: datetime, arrival: datetime, position: int = 1) -> dict:
+    value = {"event_id": eid, "session_id": key, "event_time": t.isoformat(), "action": "click", "position": position}
     return {"side": "right", "key": key, "value": value, "arrival": arrival}
 
 
@@ -97,7 +98,8 @@ def test_inner_join_with_a_window_longer_than_a_day_equals_the_reference(
         "semantics_inner_long",
         side={"watermark_delay": demo_spec.timestamp_validity.max_past},
         window=WindowSpec.model_validate({"lower": "-1h", "upper": "+30h"}),
-        join=demo_spec.join.model_copy(update={"type": JoinType.inner}),
+        # the extra predicate on fields of both sides, on the stream as in batch
+        join=demo_spec.join.model_copy(update={"type": JoinType.inner, "predicate": "r.position <= l.result_count"}),
     )
     publish(
         kafka,
@@ -107,6 +109,7 @@ def test_inner_join_with_a_window_longer_than_a_day_equals_the_reference(
             left("L4", "s1", at(20, "09:30"), at(20, "09:30", 5)),
             left("L1", "s1", at(20, "10:00"), at(20, "10:00", 5)),
             right("R1", "s1", at(20, "10:30"), at(20, "10:31")),
+            right("R9", "s1", at(20, "10:40"), at(20, "10:41"), position=9),  # in the window, predicate false
             left("L2", "s2", at(20, "12:00"), at(20, "12:00", 5)),  # no partner: no row in an inner join
             left("L3", "s3", at(20, "22:00"), at(20, "22:00", 5)),
             right("R2", "s1", at(21, "15:00"), at(21, "15:01")),  # L1 + 29h, L4 + 29h30m

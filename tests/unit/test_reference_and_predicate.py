@@ -1,5 +1,5 @@
 """The cut-off-free reference (which right days it reads, windows longer than a day), the extra
-join predicate (spec validation, and batch, stream and sweep applying it alike), and the
+join predicate (spec validation, and batch, stream, sweep and attribution applying it alike), and the
 per-hour match rates adding up to the day. Hand-built data; expected answers written out.
 """
 
@@ -200,6 +200,28 @@ def test_sweep_agrees_with_join_events_under_a_predicate(spark):
         assert r.matched_left == out.select("left_event_id").distinct().count(), (r.lower_s, r.upper_s)
         assert r.pairs == out.count()
     assert list(got.matched_left) == [2, 2, 1]  # [-10m, +5m]: L1, L2; [-10m, +1h]: L1, L2; [0, +2m]: L1
+
+
+def test_attribution_applies_the_predicate_when_it_names_a_miss_cause(spark):
+    """L1's one partner the predicate admits (R1) came behind the right watermark; R2, in the window
+    but failing the predicate, was read on time. Only with the predicate applied is L1 a late-right
+    loss (without it R2 would make it unexplained)."""
+    from pyspark.sql import functions as F
+
+    from jobs.accuracy.attribution import classify_misses
+
+    spec = with_predicate(PREDICATE)
+    missed = events(spark, LEFT[:2]).withColumn("_dropped_late", F.lit(False))
+    right = (
+        events(spark, RIGHT)
+        .withColumn("_batch_id", F.lit(3).cast("long"))
+        .withColumn("_dropped_late", F.col("event_id") == "R1")
+    )
+    causes = {r.event_id: r.cause for r in classify_misses(spec, missed, right).collect()}
+    assert causes == {"L1": "late_right", "L2": "other"}  # L2's partner R3 was read on time: unexplained
+    no_predicate = make_spec()
+    causes = {r.event_id: r.cause for r in classify_misses(no_predicate, missed, right).collect()}
+    assert causes["L1"] == "other"
 
 
 # ------------------------------------------------------------------ per hour adds up to the day
