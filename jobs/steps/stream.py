@@ -47,6 +47,7 @@ from jobs.storage.progress import (
     await_logged,
     end_offsets_read,
     ensure_recorder,
+    query_name,
     read_progress,
     watermark_ms,
 )
@@ -110,9 +111,9 @@ def _query_id_of(checkpoint: str) -> Callable[[], str]:
     return functools.cache(lambda: checkpoint_query_id(checkpoint))
 
 
-def _ensure_recorder(spark: SparkSession, tables: Tables) -> None:
+def _ensure_recorder(spark: SparkSession, spec: JoinSpec, tables: Tables) -> None:
     ensure_recorder(
-        spark, {JOIN_QUERY: tables.progress_log(JOIN_QUERY), QUARANTINE_QUERY: tables.progress_log(QUARANTINE_QUERY)}
+        spark, {query_name(spec.pipeline, q): tables.progress_log(q) for q in (JOIN_QUERY, QUARANTINE_QUERY)}
     )
 
 
@@ -169,7 +170,7 @@ def start_streaming_join(
             f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends"
         )
     guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
-    _ensure_recorder(spark, tables)
+    _ensure_recorder(spark, spec, tables)
     spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
     limit = spec.streaming.max_offsets_per_trigger
 
@@ -191,7 +192,7 @@ def start_streaming_join(
 
     queries = [
         _with_trigger(
-            joined.writeStream.queryName(JOIN_QUERY)
+            joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))
             .outputMode("append")
             .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
             .foreachBatch(sink),
@@ -227,7 +228,7 @@ def start_quarantine(
 ) -> StreamingQuery:
     """The stream's bad records (both topics) to the quarantine table, keyed by Kafka position."""
     tables = Tables.of(spec, s)
-    _ensure_recorder(spark, tables)
+    _ensure_recorder(spark, spec, tables)
     limit = spec.streaming.max_offsets_per_trigger
     left, right = (
         quarantine_rows(parse_records(kafka.read_stream(spark, bootstrap, st.topic, limit), st, spec), st, "stream")
@@ -247,7 +248,7 @@ def start_quarantine(
             batch.unpersist()
 
     w = (
-        bad.writeStream.queryName(QUARANTINE_QUERY)
+        bad.writeStream.queryName(query_name(spec.pipeline, QUARANTINE_QUERY))
         .outputMode("append")
         .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY))
         .foreachBatch(write_quarantine_batch)

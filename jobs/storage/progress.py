@@ -25,11 +25,18 @@ log = logging.getLogger("joinshift.progress")
 JOIN_QUERY, QUARANTINE_QUERY = "stream_join", "stream_quarantine"
 
 
+def query_name(pipeline: str, query: str) -> str:
+    """The running query's name: the pipeline's own, so that several pipelines in one process
+    (Airflow tasks, the tests) neither clash (Spark refuses two active queries of one name) nor
+    log each other's progress."""
+    return f"{pipeline}.{query}"
+
+
 class ProgressRecorder(StreamingQueryListener):
     """Appends every micro-batch's progress as a JSON line to the log of its query."""
 
     def __init__(self, paths: dict[str, str]):
-        self._paths = paths  # query name -> jsonl path
+        self._paths = paths  # query name (:func:`query_name`) -> jsonl path
         self._lock = threading.Lock()
         for p in paths.values():
             Path(p).parent.mkdir(parents=True, exist_ok=True)
