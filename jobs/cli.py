@@ -166,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--slice-minutes",
         type=_positive_int,
-        help="predict for replay-as-live with these slices (default: live at the spec's trigger interval; "
-        "30 with --verify)",
+        help="choose for replay-as-live with these slices (default: live at the spec's trigger interval); "
+        "--verify's trial replays with them (default 30)",
     )
     r.add_argument(
         "--verify",

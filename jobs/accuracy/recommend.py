@@ -398,6 +398,37 @@ def recommend(
     )
 
 
+@dataclass
+class TrialPrediction:
+    """One candidate predicted at a trial's cadence (what ``recommend --verify`` holds the trial to)."""
+
+    cadence: str
+    chosen: Candidate
+    inputs: dict
+
+
+def predict_trial(
+    spark, spec: JoinSpec, days: list[date], chosen: Candidate, slice_minutes: float, s=None
+) -> TrialPrediction:
+    """``chosen`` (picked for the live cadence) predicted for a replay-as-live trial with
+    ``slice_minutes`` slices: the same model at the trial's cadence, so the trial measures the
+    model, and the model then speaks for the live stream."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    cadence = default_cadence(spec, slice_minutes)
+    window = (chosen.lower_s, chosen.upper_s)
+    obs, rec = observe(spark, spec, days, cadence, window, s)
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    bpr = _measured_bytes_per_row(progress) or 400.0
+    memory = MemoryModel(_peak_rate(rec["left"].a), _peak_rate(rec["right"].a), bpr)
+    row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory).iloc[0]
+    at_trial = Candidate.of(row)
+    at_trial.per_ds = per_ds_rates(obs, window, chosen.left_delay_s, chosen.right_delay_s)
+    inputs = {"batches": int(len(obs.clock.end_ms)), "late_lag": cadence.late_lag, "cadence_s": cadence.batch_s}
+    return TrialPrediction(cadence.label(), at_trial, inputs)
+
+
 def _windows(grid: pd.DataFrame, chosen: Candidate) -> list[dict]:
     at = grid[(grid.left_delay_s == chosen.left_delay_s) & (grid.right_delay_s == chosen.right_delay_s)]
     at = at.set_index(["lower_s", "upper_s"])

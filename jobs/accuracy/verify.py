@@ -31,6 +31,8 @@ from jobs.spec import JoinSpec, WindowSpec
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
 PROMISE_PP = 0.05
+#: The trial's replay-as-live slices when ``recommend --verify`` is not given ``--slice-minutes``.
+VERIFY_SLICE_MINUTES = 30
 VERIFY_SUFFIX = "__verify"
 
 

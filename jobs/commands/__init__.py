@@ -282,9 +282,12 @@ def _frontier_table(rec: Any) -> Any:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     from jobs.accuracy.recommend import default_cadence, recommend, save
+    from jobs.accuracy.verify import VERIFY_SLICE_MINUTES
 
     spec = _with_budgets(_load_spec(args.spec), args)
-    slice_minutes = args.slice_minutes or (30 if args.verify else None)
+    # the choice is made for the cadence the stream will run at (live, unless --slice-minutes);
+    # --verify then predicts it for its replay-as-live trial and holds the trial to that
+    slice_minutes = args.slice_minutes
     cadence = default_cadence(spec, slice_minutes)
     spark, days = _spark("recommend"), _ds_range(args)
     console = _console()
@@ -295,7 +298,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         if not args.verify:
             print(path.read_text())
             return 0
-        res = _run_verify(spark, spec, rec, days, slice_minutes or 30, console)
+        res = _run_verify(spark, spec, rec, days, slice_minutes or VERIFY_SLICE_MINUTES, console)
         print(json.dumps({"recommendation": json.loads(path.read_text()), "verify": res.to_dict()}, default=str))
         return 0 if res.within() else 1
     console.print(_frontier_table(rec))
@@ -310,13 +313,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         console.print(f"  [red]relax:[/red] {r}")
     console.print(f"written to {path}")
     if args.verify:
-        return _verify(spark, spec, rec, days, slice_minutes or 30, console)
+        return _verify(spark, spec, rec, days, slice_minutes or VERIFY_SLICE_MINUTES, console)
     return 0
 
 
 def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> Any:
+    from jobs.accuracy.recommend import default_cadence, predict_trial
     from jobs.accuracy.verify import verify
 
+    if rec.cadence != default_cadence(spec, slice_minutes).label():
+        with console.status(f"predicting the chosen settings for {slice_minutes}-minute replay slices"):
+            rec = predict_trial(spark, spec, days, rec.chosen, slice_minutes)
     with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
         return verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)
 

@@ -18,6 +18,28 @@ pytestmark = [pytest.mark.integration]
 WITHIN_PP = 0.05
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _demo_recommendations_kept(demo_pipeline, demo_spec, test_settings, tmp_path_factory):
+    """The CLI calls here save their recommendations into the shared demo pipeline's; put the
+    report's back afterwards, so other modules read the pipeline as its DAGs left it."""
+    import shutil
+    from pathlib import Path
+
+    kept = tmp_path_factory.mktemp("recommendations")
+    paths = [
+        Path(test_settings.path("recommendations", demo_spec.pipeline)),
+        Path(test_settings.table_path(demo_spec.pipeline, "recommendations")),
+    ]
+    for i, p in enumerate(paths):
+        if p.exists():
+            shutil.copytree(p, kept / str(i))
+    yield
+    for i, p in enumerate(paths):
+        shutil.rmtree(p, ignore_errors=True)
+        if (kept / str(i)).exists():
+            shutil.copytree(kept / str(i), p)
+
+
 @pytest.fixture(scope="module")
 def replay_recommendation(demo_pipeline, spark, demo_spec, test_settings):
     from jobs.accuracy.lateness import Cadence
@@ -132,8 +154,9 @@ def test_recommend_command_prints_the_frontier_and_saves_it(demo_pipeline, demo_
 
 
 def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeline, demo_spec, test_settings, capsys):
-    """`recommend --verify` with a 1 h latency budget: the chosen settings replayed as live (30-minute
-    slices) over the same days, measured against the prediction made for that cadence."""
+    """`recommend --verify` with a 1 h latency budget: the settings chosen for the live stream,
+    replayed as live (30-minute slices) over the same days, measured against the prediction of those
+    settings at that cadence."""
     from jobs.cli import main
 
     days = ["--ds", str(DAYS[0]), "--to", str(DAYS[-1])]
@@ -142,8 +165,10 @@ def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeli
     print(out)
     result = json.loads(out.strip().splitlines()[-1])
     rec, res = result["recommendation"], result["verify"]
-    assert rec["cadence"] == res["cadence"] == "replay-as-live with 30-minute slices"
-    assert rec["fits_budgets"] and rec["chosen"]["p99_latency_s"] <= 3600  # the chosen settings fit the 1 h budget
+    # chosen for the live stream (the spec's trigger), where it fits the 1 h budget; the trial holds
+    # the same model, at the trial's cadence, to what a replay of those settings measures
+    assert rec["cadence"].startswith("live") and res["cadence"] == "replay-as-live with 30-minute slices"
+    assert rec["fits_budgets"] and rec["chosen"]["p99_latency_s"] <= 3600
     assert [d["ds"] for d in res["days"]] == [str(d) for d in DAYS] and res["output_rows"] > 0
     print(f"predicted {100 * res['predicted']:.3f}%, measured {100 * res['measured']:.3f}%, {res['diff_pp']:+.3f} pp")
     assert abs(res["diff_pp"]) <= WITHIN_PP and res["within"]
