@@ -352,6 +352,12 @@ def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: in
     )
     for note in res.notes:
         console.print(f"  - {note}")
+    if res.cadence != rec.cadence:
+        c = rec.chosen
+        console.print(
+            f"  - the trial's rate and latency are its cadence's; the same model predicts the live stream "
+            f"({rec.cadence}) at {100 * c.match_rate:.2f}% with p99 latency {fmt_duration(c.p99_latency_s)}"
+        )
     ok = res.within()
     verdict = "within" if ok else "NOT within"
     console.print(f"[{'green' if ok else 'red'}]match rate {verdict} {PROMISE_PP} pp of the prediction[/]")
