@@ -45,6 +45,9 @@ from jobs.storage.stream_runs import rate_label, read_runs
 
 log = logging.getLogger("joinshift.recommend")
 
+#: Bytes per buffered row until the stream's state store has measured it (~200 B of payload, x2 in RocksDB).
+DEFAULT_BYTES_PER_ROW = 400.0
+
 #: The coarse grid (seconds); the deployed values join it, and REFINE_ROUNDS passes add midpoints
 #: around the frontier points nearest the latency budget (or the knee) and the choice.
 DEFAULT_LOWERS = tuple(-60 * m for m in (0, 10, 30, 60, 180, 360))
@@ -209,7 +212,7 @@ class Recommendation:
 # ------------------------------------------------------------------------------ I/O shell
 
 
-def _measured_bytes_per_row(progress: list[dict]) -> float | None:
+def measured_bytes_per_row(progress: list[dict]) -> float | None:
     vals = []
     for p in progress[-20:]:
         for op in p.get("stateOperators", []):
@@ -226,7 +229,7 @@ def _replay_rate(progress: list[dict]) -> float | None:
     return float(max(rates)) if rates else None
 
 
-def _peak_rate(arrival_ms: pd.Series) -> float:
+def peak_rate(arrival_ms: pd.Series) -> float:
     hourly = pd.Series(1, index=pd.to_datetime(arrival_ms, unit="ms")).resample("1h").sum()
     return float(hourly.max() / 3600) if len(hourly) else 0.0
 
@@ -276,8 +279,8 @@ def recommend(
     obs, rec = observe(spark, spec, days, cadence, widest, s)
 
     progress = read_progress(tables.progress_log(JOIN_QUERY))
-    bpr = _measured_bytes_per_row(progress) or 400.0  # no state metrics yet: ~200 B of payload, x2 in RocksDB
-    memory = MemoryModel(_peak_rate(rec["left"].a), _peak_rate(rec["right"].a), bpr)
+    bpr = measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
+    memory = MemoryModel(peak_rate(rec["left"].a), peak_rate(rec["right"].a), bpr)
     windows = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
     grid = evaluate(obs, windows, axes["left_delay_s"], axes["right_delay_s"], memory)
     coarse = len(grid)
@@ -396,37 +399,6 @@ def recommend(
             "late_lag": cadence.late_lag,
         },
     )
-
-
-@dataclass
-class TrialPrediction:
-    """One candidate predicted at a trial's cadence (what ``recommend --verify`` holds the trial to)."""
-
-    cadence: str
-    chosen: Candidate
-    inputs: dict
-
-
-def predict_trial(
-    spark, spec: JoinSpec, days: list[date], chosen: Candidate, slice_minutes: float, s=None
-) -> TrialPrediction:
-    """``chosen`` (picked for the live cadence) predicted for a replay-as-live trial with
-    ``slice_minutes`` slices: the same model at the trial's cadence, so the trial measures the
-    model, and the model then speaks for the live stream."""
-    from jobs.storage.progress import JOIN_QUERY, read_progress
-    from jobs.storage.tables import Tables
-
-    cadence = default_cadence(spec, slice_minutes)
-    window = (chosen.lower_s, chosen.upper_s)
-    obs, rec = observe(spark, spec, days, cadence, window, s)
-    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
-    bpr = _measured_bytes_per_row(progress) or 400.0
-    memory = MemoryModel(_peak_rate(rec["left"].a), _peak_rate(rec["right"].a), bpr)
-    row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory).iloc[0]
-    at_trial = Candidate.of(row)
-    at_trial.per_ds = per_ds_rates(obs, window, chosen.left_delay_s, chosen.right_delay_s)
-    inputs = {"batches": int(len(obs.clock.end_ms)), "late_lag": cadence.late_lag, "cadence_s": cadence.batch_s}
-    return TrialPrediction(cadence.label(), at_trial, inputs)
 
 
 def _windows(grid: pd.DataFrame, chosen: Candidate) -> list[dict]:

@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from jobs.accuracy.tradeoff import p99
+from jobs.accuracy.recommend import (
+    DEFAULT_BYTES_PER_ROW,
+    Candidate,
+    default_cadence,
+    measured_bytes_per_row,
+    peak_rate,
+)
+from jobs.accuracy.tradeoff import MemoryModel, evaluate, observe, p99, per_ds_rates
 from jobs.spec import JoinSpec, WindowSpec
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
@@ -141,6 +148,37 @@ def clear_trial(trial: JoinSpec, s=None) -> None:
         raise ValueError(f"{trial.pipeline} is not a trial pipeline; refusing to clear it")
     for kind in ("tables", "checkpoints", "progress"):
         shutil.rmtree(Path(st.path(kind, trial.pipeline)), ignore_errors=True)
+
+
+@dataclass
+class TrialPrediction:
+    """One candidate predicted at a trial's cadence (what ``recommend --verify`` holds the trial to)."""
+
+    cadence: str
+    chosen: Candidate
+    inputs: dict
+
+
+def predict_trial(
+    spark, spec: JoinSpec, days: list[date], chosen: Candidate, slice_minutes: float, s=None
+) -> TrialPrediction:
+    """``chosen`` (picked for the live cadence) predicted for a replay-as-live trial with
+    ``slice_minutes`` slices: the same model at the trial's cadence, so the trial measures the
+    model, and the model then speaks for the live stream."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    cadence = default_cadence(spec, slice_minutes)
+    window = (chosen.lower_s, chosen.upper_s)
+    obs, rec = observe(spark, spec, days, cadence, window, s)
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    bpr = measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
+    memory = MemoryModel(peak_rate(rec["left"].a), peak_rate(rec["right"].a), bpr)
+    row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory).iloc[0]
+    at_trial = Candidate.of(row)
+    at_trial.per_ds = per_ds_rates(obs, window, chosen.left_delay_s, chosen.right_delay_s)
+    inputs = {"batches": int(len(obs.clock.end_ms)), "late_lag": cadence.late_lag, "cadence_s": cadence.batch_s}
+    return TrialPrediction(cadence.label(), at_trial, inputs)
 
 
 def verify(

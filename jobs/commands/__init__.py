@@ -318,8 +318,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> Any:
-    from jobs.accuracy.recommend import default_cadence, predict_trial
-    from jobs.accuracy.verify import verify
+    from jobs.accuracy.recommend import default_cadence
+    from jobs.accuracy.verify import predict_trial, verify
 
     if rec.cadence != default_cadence(spec, slice_minutes).label():
         with console.status(f"predicting the chosen settings for {slice_minutes}-minute replay slices"):
