@@ -27,15 +27,14 @@ from datetime import UTC, date, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from jobs.accuracy import frontier
 from jobs.accuracy.lateness import Cadence
 from jobs.accuracy.tradeoff import (
-    MemoryModel,
     StreamLateness,
     evaluate,
+    memory_model,
     observe,
     per_ds_rates,
     stream_lateness,
@@ -44,9 +43,6 @@ from jobs.spec import JoinSpec, fmt_duration, format_bytes, format_duration
 from jobs.storage.stream_runs import rate_label, read_runs
 
 log = logging.getLogger("joinshift.recommend")
-
-#: Bytes per buffered row until the stream's state store has measured it (~200 B of payload, x2 in RocksDB).
-DEFAULT_BYTES_PER_ROW = 400.0
 
 #: The coarse grid (seconds); the deployed values join it, and REFINE_ROUNDS passes add midpoints
 #: around the frontier points nearest the latency budget (or the knee) and the choice.
@@ -212,26 +208,9 @@ class Recommendation:
 # ------------------------------------------------------------------------------ I/O shell
 
 
-def measured_bytes_per_row(progress: list[dict]) -> float | None:
-    vals = []
-    for p in progress[-20:]:
-        for op in p.get("stateOperators", []):
-            if "join" not in str(op.get("operatorName", "")).lower():
-                continue  # the event-id de-duplication's rows are not window rows
-            rows, mem = op.get("numRowsTotal") or 0, op.get("memoryUsedBytes") or 0
-            if rows > 100 and mem > 0:
-                vals.append(mem / rows)
-    return float(np.median(vals)) if vals else None
-
-
 def _replay_rate(progress: list[dict]) -> float | None:
     rates = [p.get("processedRowsPerSecond") or 0 for p in progress if (p.get("numInputRows") or 0) > 1000]
     return float(max(rates)) if rates else None
-
-
-def peak_rate(arrival_ms: pd.Series) -> float:
-    hourly = pd.Series(1, index=pd.to_datetime(arrival_ms, unit="ms")).resample("1h").sum()
-    return float(hourly.max() / 3600) if len(hourly) else 0.0
 
 
 def default_cadence(spec: JoinSpec, slice_minutes: float | None = None) -> Cadence:
@@ -279,8 +258,8 @@ def recommend(
     obs, rec = observe(spark, spec, days, cadence, widest, s)
 
     progress = read_progress(tables.progress_log(JOIN_QUERY))
-    bpr = measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
-    memory = MemoryModel(peak_rate(rec["left"].a), peak_rate(rec["right"].a), bpr)
+    memory = memory_model(progress, rec)
+    bpr = memory.bytes_per_row
     windows = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
     grid = evaluate(obs, windows, axes["left_delay_s"], axes["right_delay_s"], memory)
     coarse = len(grid)

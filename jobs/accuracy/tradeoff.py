@@ -202,6 +202,35 @@ def _pair_hists(obs: Observed, ok: np.ndarray, points_us: list[int]) -> tuple[di
     return le, lt
 
 
+#: Bytes per buffered row until the stream's state store has measured it (~200 B of payload, x2 in RocksDB).
+DEFAULT_BYTES_PER_ROW = 400.0
+
+
+def _measured_bytes_per_row(progress: list[dict]) -> float | None:
+    vals = []
+    for p in progress[-20:]:
+        for op in p.get("stateOperators", []):
+            if "join" not in str(op.get("operatorName", "")).lower():
+                continue  # the event-id de-duplication's rows are not window rows
+            rows, mem = op.get("numRowsTotal") or 0, op.get("memoryUsedBytes") or 0
+            if rows > 100 and mem > 0:
+                vals.append(mem / rows)
+    return float(np.median(vals)) if vals else None
+
+
+def _peak_rate(arrival_ms: pd.Series) -> float:
+    hourly = pd.Series(1, index=pd.to_datetime(arrival_ms, unit="ms")).resample("1h").sum()
+    return float(hourly.max() / 3600) if len(hourly) else 0.0
+
+
+def memory_model(progress: list[dict], records: dict[str, Any]) -> MemoryModel:
+    """State memory per candidate: each stream's peak arrival rate in ``records`` (from
+    :func:`observe`), times the bytes per buffered row the stream's state
+    store measured (``progress``), else :data:`DEFAULT_BYTES_PER_ROW`."""
+    bpr = _measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
+    return MemoryModel(_peak_rate(records["left"].a), _peak_rate(records["right"].a), bpr)
+
+
 def evaluate(
     obs: Observed,
     windows: list[tuple[int, int]],

@@ -26,14 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from jobs.accuracy.recommend import (
-    DEFAULT_BYTES_PER_ROW,
-    Candidate,
-    default_cadence,
-    measured_bytes_per_row,
-    peak_rate,
-)
-from jobs.accuracy.tradeoff import MemoryModel, evaluate, observe, p99, per_ds_rates
+from jobs.accuracy.recommend import Candidate, default_cadence
+from jobs.accuracy.tradeoff import evaluate, memory_model, observe, p99, per_ds_rates
 from jobs.spec import JoinSpec, WindowSpec
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
@@ -171,9 +165,7 @@ def predict_trial(
     cadence = default_cadence(spec, slice_minutes)
     window = (chosen.lower_s, chosen.upper_s)
     obs, rec = observe(spark, spec, days, cadence, window, s)
-    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
-    bpr = measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
-    memory = MemoryModel(peak_rate(rec["left"].a), peak_rate(rec["right"].a), bpr)
+    memory = memory_model(read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY)), rec)
     row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory).iloc[0]
     at_trial = Candidate.of(row)
     at_trial.per_ds = per_ds_rates(obs, window, chosen.left_delay_s, chosen.right_delay_s)
