@@ -107,6 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML")
     g.add_argument("--dry-run", action="store_true", help="generate and print the summary; publish nothing")
 
+    im = with_spec(
+        cmd("import", commands.cmd_import, "publish your own files (Parquet, CSV, JSON lines) to the spec's topics")
+    )
+    im.add_argument("--left", metavar="FILE", help="the left stream's rows (a file or a folder of them)")
+    im.add_argument("--right", metavar="FILE", help="the right stream's rows")
+    im.add_argument(
+        "--arrival", metavar="COLUMN", help="the column holding each row's arrival time (default: format.arrival)"
+    )
+    im.add_argument("--partitions", type=int, default=2, help="partitions of topics it creates (default: 2)")
     ld = with_ds(with_spec(cmd("land", commands.cmd_land, "land both topics' ds into the daily Delta tables")))
     ld.add_argument("--side", choices=("left", "right"), action="append", help="one side only (default: both)")
     b = with_ds(
@@ -327,12 +336,27 @@ def _configure_logging(verbose: bool) -> None:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, never a traceback."""
     from jobs.accuracy.sweep import GridError
+    from jobs.settings import SettingsError
     from jobs.spec import SpecError
+    from jobs.steps.importing import ImportRefused
     from jobs.steps.replay_live import ReplayRefused
     from jobs.storage.checkpoints import CheckpointError
+    from jobs.storage.delta_io import MissingInput
+    from jobs.storage.hold import CheckpointBusy
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
 
-    return (SpecError, KafkaUnavailable, RetentionGap, CheckpointError, GridError, ReplayRefused)
+    return (
+        SpecError,
+        SettingsError,
+        MissingInput,
+        KafkaUnavailable,
+        RetentionGap,
+        CheckpointError,
+        GridError,
+        ReplayRefused,
+        ImportRefused,
+        CheckpointBusy,
+    )
 
 
 class CommandFailed(SystemExit):
@@ -349,14 +373,14 @@ class CommandFailed(SystemExit):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose)
     try:
+        _configure_logging(args.verbose)
         return int(args.func(args) or 0)
     except commands.UserError as exc:
         message, code = str(exc), exc.code
     except _user_errors() as exc:
         message = str(exc) or type(exc).__name__
-        code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError") else 1
+        code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError", "SettingsError") else 1
     # a spec error names every bad field, one per line; anything else is one line
     text = f"joinshift {args.command}: {message}"
     print(text, file=sys.stderr)

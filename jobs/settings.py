@@ -19,6 +19,10 @@ import yaml
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+class SettingsError(ValueError):
+    """The configuration (file or ``JOINSHIFT_*`` variables) is wrong; the message says where and how."""
+
+
 @dataclass(frozen=True)
 class Settings:
     #: Root for Delta tables, checkpoints, reports and progress logs (a local path or a URI).
@@ -37,6 +41,10 @@ class Settings:
     spark_driver_memory: str = "4g"
     #: Extra Spark conf, ``{key: value}`` (config file only).
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: Kafka client properties (Java names) for every client: a ``client.properties`` file ...
+    kafka_properties_file: str = ""
+    #: ... overlaid with these (config file only); values may be ``${env:NAME}`` / ``${file:/path}``.
+    kafka_properties: dict[str, str] = field(default_factory=dict)
 
     def path(self, *parts: str) -> str:
         """A location under the storage root."""
@@ -57,7 +65,7 @@ def _config_file() -> Path | None:
     if explicit:
         p = Path(explicit)
         if not p.is_file():
-            raise FileNotFoundError(f"JOINSHIFT_CONFIG points to {p}, which does not exist")
+            raise SettingsError(f"JOINSHIFT_CONFIG points to {p}, which does not exist: fix the path or unset it")
         return p
     default = PROJECT_ROOT / "joinshift.yaml"
     return default if default.is_file() else None
@@ -69,14 +77,19 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     values: dict[str, object] = {}
     cfg = _config_file()
     if cfg is not None:
-        data = yaml.safe_load(cfg.read_text()) or {}
+        try:
+            data = yaml.safe_load(cfg.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"{cfg}: not valid YAML ({' '.join(str(exc).split())})") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{cfg}: a settings file is a YAML mapping of setting: value")
         unknown = set(data) - set(_FIELDS)
         if unknown:
-            raise ValueError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
+            raise SettingsError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
         values.update(data)
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
-        if key in env and name != "spark_conf":
+        if key in env and name not in ("spark_conf", "kafka_properties"):
             values[name] = env[key]
     return Settings(**values)  # type: ignore[arg-type]
 

@@ -374,11 +374,15 @@ def attribute_misses(
     baseline = check_baseline(baseline or spec.accuracy.baseline)
     for variant in ("stream", baseline):
         if not delta_io.table_exists(spark, tables.output(variant)):
-            raise ValueError(f"no {variant} output for pipeline {spec.pipeline} yet: run that join first")
+            made_by = "joinshift stream" if variant == "stream" else f"joinshift batch --ds {ds} --variant {variant}"
+            raise delta_io.MissingInput(f"no {variant} output for pipeline {spec.pipeline} yet: run {made_by} first")
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     first, last = reach_days(spec, ds)
-    landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
-    landed_r = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").between(F.lit(first), F.lit(last)))
+    land = f"joinshift land --ds {ds}"
+    landed_l = delta_io.read_table(spark, tables.landed("left"), made_by=land).where(F.col("ds") == F.lit(ds))
+    landed_r = delta_io.read_table(spark, tables.landed("right"), made_by=land).where(
+        F.col("ds").between(F.lit(first), F.lit(last))
+    )
     left, right = stream_view(spark, spec, landed_l, landed_r, progress)
 
     def output(variant: str) -> DataFrame:

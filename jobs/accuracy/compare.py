@@ -26,7 +26,7 @@ from jobs.join.columns import col_name
 from jobs.join.variants import REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.storage import delta_io
+from jobs.storage import batch_input, delta_io
 from jobs.storage.tables import Tables
 
 PERCENTILES = (0.01, 0.5, 0.99)
@@ -136,19 +136,28 @@ def _union(frames: list[DataFrame]) -> DataFrame:
 
 def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[dict]:
     """I/O shell: metrics for every variant whose output exists, written to the metrics table
-    (per day) and the hourly metrics table (per hour); returns the day's rows."""
+    (per day) and the hourly metrics table (per hour); returns the day's rows.
+
+    A daily variant still waiting for right days (the day-edge rule) gets no row for ``ds``:
+    its partition is not there yet, which is not a 0 % match rate."""
+    from jobs.steps.batch import waiting_variants
+
     tables = Tables.of(spec, s)
-    left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
+    left = batch_input.read_side(spark, tables, "left", [ds], made_by=f"joinshift land --ds {ds}")
+    waiting = waiting_variants(spark, spec, ds, s)
     frames, hourly = [], []
     for variant in VARIANTS:
         path = tables.output(variant)
-        if not delta_io.table_exists(spark, path):
+        if not delta_io.table_exists(spark, path) or variant in waiting:
             continue
         out = spark.read.format("delta").load(path).where(F.col("ds") == F.lit(ds))
         frames.append(variant_metrics(left, out, variant, spec))
         hourly.append(hourly_metrics(left, out, variant, spec))
     if not frames:
-        raise RuntimeError(f"no join output exists yet for pipeline {spec.pipeline}; run the joins first")
+        raise delta_io.MissingInput(
+            f"no join output for pipeline {spec.pipeline} on ds {ds} yet: run joinshift batch --ds {ds} "
+            "(and the stream) first"
+        )
     delta_io.replace_partitions(_union(hourly), tables.match_metrics_hourly, {"ds": [ds]})
     delta_io.replace_partitions(_union(frames), tables.match_metrics, {"ds": [ds]})
     return [

@@ -256,6 +256,13 @@ def recommend(
     }
     widest = (axes["lower_s"][0], axes["upper_s"][-1])
     obs, rec = observe(spark, spec, days, cadence, widest, s)
+    if len(obs.pair_left) == 0:  # no left event has a partner in any candidate window: nothing to measure
+        raise delta_io.MissingInput(
+            f"ds {', '.join(map(str, days))}: {obs.left_events:,} left events and no right event within "
+            f"[{format_duration(timedelta(seconds=widest[0]), True)}, "
+            f"{format_duration(timedelta(seconds=widest[1]), True)}] on the same key; check the keys "
+            "(and the sides' format) or recommend over more days"
+        )
 
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     memory = memory_model(progress, rec)
@@ -345,6 +352,8 @@ def recommend(
             f"{100 * lt.share_dropped_at_deployed:.2f}% deployed" + (f" ({lt.note})" if lt.note else "")
         )
     explanation += boundary_reasons(spec, _stream_deltas(metrics))
+    for d, wait in obs.waiting.items():  # the day-edge rule: say what is missing, never fail on it
+        explanation.append(f"incomplete: right ds {', '.join(wait)} not landed; ds {d}'s rates are lower bounds")
     return Recommendation(
         pipeline=spec.pipeline,
         days=[str(d) for d in days],
@@ -376,6 +385,7 @@ def recommend(
             "batches": int(len(obs.clock.end_ms)),
             "cadence_s": cadence.batch_s,
             "late_lag": cadence.late_lag,
+            "incomplete": obs.waiting,
         },
     )
 

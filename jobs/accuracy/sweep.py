@@ -438,7 +438,7 @@ def sweep_ds(
     events gets rows with ``left_events`` 0 and a NaN match rate.
     """
     from jobs.join.variants import missing_days
-    from jobs.steps.batch import landed_days
+    from jobs.steps.batch import PartitionsNotLanded, landed_days
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
@@ -447,14 +447,11 @@ def sweep_ds(
     tables = Tables.of(spec, s)
     days = right_read_days(ds_list, candidates, right_days)
     missing = missing_days(list(days), landed_days(spark, tables, "right"))
-    if missing:
-        raise RuntimeError(
-            f"the window sweep ({right_days}) for ds {', '.join(map(str, ds_list))} needs right-stream "
-            f"partitions {', '.join(map(str, missing))}, which have not landed yet; land them first"
-            + (" or sweep with right_days='same'" if right_days != "same" else "")
-        )
-    left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds").isin(list(ds_list)))
-    right = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").isin(days))
+    if missing:  # the day-edge rule: the sweep would miss the late matches those days hold
+        raise PartitionsNotLanded(f"the window sweep (--right-days {right_days})", max(ds_list), missing)
+    land = f"joinshift land --ds {min(ds_list)}"
+    left = delta_io.read_table(spark, tables.landed("left"), made_by=land).where(F.col("ds").isin(list(ds_list)))
+    right = delta_io.read_table(spark, tables.landed("right"), made_by=land).where(F.col("ds").isin(days))
     out = sweep(left, right, spec, candidates, right_days=right_days)
     cands = _check_candidates(candidates)
     have = set(out["ds"])

@@ -78,6 +78,8 @@ class Observed:
     widest: tuple[int, int]
     left_outer: bool = True
     sample_share: float = 1.0
+    #: the day-edge rule: ds -> right ds the widest window reaches that have not landed (its rates are lower bounds)
+    waiting: dict[str, list[str]] = field(default_factory=dict)
     # derived
     left_behind: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
     pair_behind: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False)
@@ -329,15 +331,22 @@ def observe(
     from jobs.accuracy.lateness import batch_clock
     from jobs.join.columns import ARRIVAL_TIME, col_name
     from jobs.join.conditions import match_condition, predicate_columns
-    from jobs.join.variants import window_day_offsets
+    from jobs.join.variants import missing_days, window_day_offsets
+    from jobs.steps.batch import landed_days
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
     reach = window_day_offsets(*widest)  # a window longer than a day reaches N days
+    landed_right = landed_days(spark, tables, "right")
+    waiting = {
+        str(d): [str(m) for m in missing_days([d + timedelta(days=o) for o in reach], landed_right)] for d in days
+    }
     span = [min(days) + timedelta(days=min(-1, reach[0])), max(days) + timedelta(days=max(1, reach[-1]))]
     landed = {
-        side: delta_io.read_table(spark, tables.landed(side)).where(F.col("ds").between(*span))
+        side: delta_io.read_table(spark, tables.landed(side), made_by=f"joinshift land --ds {min(days)}").where(
+            F.col("ds").between(*span)
+        )
         for side in ("left", "right")
     }
     rec: dict[str, Any] = {}
@@ -400,6 +409,7 @@ def observe(
         widest=widest,
         left_outer=spec.join.type.value == "left_outer",
         sample_share=share,
+        waiting={d: w for d, w in waiting.items() if w},
     )
     return obs, rec
 

@@ -104,6 +104,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from jobs.steps.importing import import_files
+
+    files = {side: path for side, path in (("left", args.left), ("right", args.right)) if path}
+    if not files:
+        raise UserError("name at least one file: --left FILE and/or --right FILE", EXIT_USAGE)
+    if args.partitions < 1:
+        raise UserError("--partitions must be at least 1", EXIT_USAGE)
+    spec, spark, bootstrap = _load_spec(args.spec), _spark("import"), _bootstrap()
+    with Progress(transient=True) as bar:
+        task = bar.add_task("publishing in arrival order", total=None)
+        sent = import_files(
+            spark,
+            spec,
+            files,
+            bootstrap,
+            arrival=args.arrival,
+            partitions=args.partitions,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    print(json.dumps(sent))
+    return 0
+
+
 def cmd_land(args: argparse.Namespace) -> int:
     from jobs.steps.landing import land_ds
 
@@ -118,12 +144,20 @@ def cmd_land(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from jobs.steps.batch import run_variant
+    """Every (ds, variant) that can be computed is; one whose right days have not landed is
+    printed as incomplete with the days it waits for (the day-edge rule) and the run goes on."""
+    from jobs.steps.batch import PartitionsNotLanded, run_variant
 
     spec, spark = _load_spec(args.spec), _spark("batch")
     for ds in _ds_range(args):
         for v in args.variant or BATCH_CHOICES:
-            print(json.dumps({"ds": str(ds), "variant": v, "rows": run_variant(spark, spec, v, ds)}))
+            row: dict[str, Any] = {"ds": str(ds), "variant": v}
+            try:
+                row.update(status="done", rows=run_variant(spark, spec, v, ds))
+            except PartitionsNotLanded as e:
+                row.update(status="incomplete", waiting_for=[str(d) for d in e.missing])
+                print(f"joinshift batch: {e}", file=sys.stderr)
+            print(json.dumps(row))
     return 0
 
 
@@ -201,13 +235,17 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from jobs.accuracy.compare import compare_ds, read_hourly, render_hourly_table, render_table
+    from jobs.steps.batch import waiting_variants
+    from jobs.storage.stream_runs import read_runs
 
     spec, spark = _load_spec(args.spec), _spark("compare")
-    from jobs.storage.stream_runs import read_runs
 
     days = list(_ds_range(args))
     rows = [m for ds in days for m in compare_ds(spark, spec, ds)]
     _console().print(render_table(rows, spec.accuracy.baseline, read_runs(spec)))
+    for ds in days:
+        for v, wait in waiting_variants(spark, spec, ds).items():
+            print(f"{v} for ds {ds}: incomplete (—), waits for right-stream ds {', '.join(map(str, wait))}")
     if args.hourly:
         _console().print(render_hourly_table(read_hourly(spark, spec, days)))
     return 0

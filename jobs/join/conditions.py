@@ -91,12 +91,15 @@ def _check_parses(sql: str, spec: JoinSpec) -> None:
 
 
 def first_arrived(pairs: DataFrame, spec: JoinSpec) -> DataFrame:
-    """1-to-1: per left event, the matching right event that arrived first (then partition, offset)."""
+    """1-to-1: per left event, the matching right event that arrived first (then partition, offset;
+    a batch table of your own without an arrival time: the earliest event time, then the id)."""
     left_id = col_name("left", spec.left.id)
     order = Window.partitionBy(left_id).orderBy(
         F.col(col_name("right", ARRIVAL_TIME)).asc_nulls_last(),
         F.col(col_name("right", PARTITION)).asc_nulls_last(),
         F.col(col_name("right", OFFSET)).asc_nulls_last(),
+        F.col(col_name("right", spec.right.event_time)).asc_nulls_last(),
+        F.col(col_name("right", spec.right.id)).asc_nulls_last(),
     )
     return pairs.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 

@@ -4,13 +4,19 @@ Pure DataFrame -> DataFrame functions shared by the landing job (batch) and the 
 so both paths accept and reject exactly the same records. Bad records are never dropped: they
 carry a ``_reason`` (and ``_detail``) and go to the quarantine table with their raw payload.
 
+Each side's ``format`` (:mod:`jobs.spec.source`) says where a column sits in the value (JSON
+paths), how times are written, where the arrival time comes from and how an id is made. A field
+the schema does not name is kept and counted as schema drift (``_drift``) under the default
+``unknown_fields: keep``.
+
 Reason codes (first failing check wins):
 
 ==========================  ==========================================================
 ``malformed_json``          the value is not a JSON object
 ``null_id``                 the event id is missing or null
 ``null_key``                a join-key column is missing or null
-``bad_event_time``          the event time is missing or not an ISO-8601 timestamp
+``bad_event_time``          the event time is missing or not in the side's ``format.time_format``
+``bad_arrival_time``        ``format.arrival`` names a field, and it is missing or not a time
 ``bad_type``                a schema column does not parse as its type (``_detail`` names it)
 ``unexpected_field``        a JSON field not in the schema (``unknown_fields: quarantine``)
 ``event_time_too_old``      event time earlier than arrival − ``timestamp_validity.max_past``
@@ -26,12 +32,19 @@ from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION
 from jobs.spec import SCHEMA_TYPES, JoinSpec, StreamSpec, UnknownFields
+from jobs.spec.source import SourceFormat, TimeFormat, top_field
+
+#: An ISO time that carries its own offset (``Z``, ``+02:00``, ``-0500``): no zone is applied to it.
+_HAS_OFFSET = r"\d{2}:\d{2}(:\d{2}([.,]\d+)?)?\s*(Z|z|[+-]\d{2}(:?\d{2})?)$"
+#: Epoch values beyond these are not times (they would overflow a timestamp): parsed as null.
+_EPOCH_LIMITS = {"epoch_s": 1e12, "epoch_ms": 1e15, "epoch_us": 1e18}
 
 REASONS = (
     "malformed_json",
     "null_id",
     "null_key",
     "bad_event_time",
+    "bad_arrival_time",
     "bad_type",
     "unexpected_field",
     "event_time_too_old",
@@ -59,17 +72,46 @@ def arrival_ds(ts: Column, timezone: str) -> Column:
     return F.to_date(F.from_utc_timestamp(ts, timezone))
 
 
-def _typed(raw: Column, typ: str) -> Column:
+def parse_time(raw: Column, fmt: SourceFormat) -> Column:
+    """A time written as the side's ``time_format`` says -> a timestamp (null if it does not parse)."""
+    tf = fmt.time_format
+    if tf in _EPOCH_LIMITS:
+        v = raw.try_cast("double")
+        scale = {"epoch_s": 1_000_000, "epoch_ms": 1_000, "epoch_us": 1}[tf]
+        micros = (v * F.lit(scale)).try_cast("bigint")
+        return F.when(F.abs(v) < F.lit(_EPOCH_LIMITS[tf]), F.timestamp_micros(micros))
+    if tf == TimeFormat.iso.value:
+        ts, has_offset = raw.try_cast("timestamp"), raw.rlike(_HAS_OFFSET)
+    else:  # a datetime pattern; it carries an offset when it has an offset letter
+        ts, has_offset = F.try_to_timestamp(raw, F.lit(tf)), F.lit(any(c in tf for c in "XxZO"))
+    if fmt.time_zone is None or fmt.time_zone == "UTC":
+        return ts  # the session's zone is UTC
+    return F.when(has_offset, ts).otherwise(F.to_utc_timestamp(ts, fmt.time_zone))
+
+
+def _typed(raw: Column, typ: str, fmt: SourceFormat) -> Column:
     if typ == "string":
         return raw
+    if typ == "timestamp":
+        return parse_time(raw, fmt)
     return raw.try_cast(SCHEMA_TYPES[typ])
+
+
+def _field(fmt: SourceFormat, column: str) -> Column:
+    """A column's raw text: a top-level key from the parsed map, a nested path by JSON path."""
+    path = fmt.path(column)
+    if top_field(path) == path[2:]:
+        return F.col("_fields").getItem(path[2:])
+    return F.get_json_object(F.col("_raw_value"), path)
 
 
 def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFrame:
     """Kafka rows (key, value, topic, partition, offset, timestamp) -> typed rows + ``_reason``.
 
-    Good rows have ``_reason`` null. Works on batch and streaming DataFrames alike.
+    Good rows have ``_reason`` null; ``_drift`` names the fields the schema does not (kept rows,
+    ``unknown_fields: keep``). Works on batch and streaming DataFrames alike.
     """
+    fmt = stream.format
     fields = F.from_json(F.col("value").cast("string"), "map<string,string>")
     df = raw.select(
         F.col("key").cast("string").alias("_raw_key"),
@@ -77,21 +119,28 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
         F.col("topic").alias("_topic"),
         F.col("partition").alias(PARTITION),
         F.col("offset").alias(OFFSET),
-        F.col("timestamp").alias(ARRIVAL_TIME),
+        F.col("timestamp").alias("_record_ts"),
         fields.alias("_fields"),
     )
     schema = stream.schema_
-    typed = {c: _typed(F.col("_fields").getItem(c), t) for c, t in schema.items()}
-    df = df.select("*", *[typed[c].alias(c) for c in schema])
+    made_id = bool(fmt.id_from)
+    raw_of = {c: _field(fmt, c) for c in schema if not (made_id and c == stream.id)}
+    typed = {c: _typed(raw_of[c], t, fmt) for c, t in schema.items() if c in raw_of}
+    if made_id:  # no id in the data: a hash of the chosen fields' text (a missing field hashes as \0)
+        parts = [F.coalesce(raw_of[c], F.lit("\u0000")) for c in fmt.id_from]
+        typed[stream.id] = F.substring(F.sha2(F.concat_ws("\u001f", *parts), 256), 1, 32)
+    arrival_raw = F.get_json_object(F.col("_raw_value"), fmt.arrival_field) if fmt.arrival_field else None
+    arrival_col = parse_time(arrival_raw, fmt) if arrival_raw is not None else F.col("_record_ts")
+    df = df.select("*", arrival_col.alias(ARRIVAL_TIME), *[typed[c].alias(c) for c in schema])
 
-    raw_of = {c: F.col("_fields").getItem(c) for c in schema}
     bad_type_cols = [
         F.when(raw_of[c].isNotNull() & F.col(c).isNull(), F.lit(c))
-        for c in schema
+        for c in raw_of
         if c not in (stream.event_time, stream.id, *stream.key) and schema[c] != "string"
     ]
     bad_type_detail = F.concat_ws(",", *bad_type_cols) if bad_type_cols else F.lit("")
-    unknown = F.array_except(F.map_keys("_fields"), F.array(*[F.lit(c) for c in schema]))
+    known = {top_field(fmt.path(c)) for c in raw_of} | ({top_field(fmt.arrival_field)} if fmt.arrival_field else set())
+    unknown = F.array_except(F.map_keys("_fields"), F.array(*[F.lit(c) for c in sorted(known)]))
     validity = spec.timestamp_validity
     et, arrival = F.col(stream.event_time), F.col(ARRIVAL_TIME)
 
@@ -100,8 +149,10 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
         (F.col(stream.id).isNull(), "null_id", F.lit(stream.id)),
         (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key", F.lit(",".join(stream.key))),
         (et.isNull(), "bad_event_time", raw_of[stream.event_time]),
-        (bad_type_detail != "", "bad_type", bad_type_detail),
     ]
+    if arrival_raw is not None:
+        checks.append((arrival.isNull(), "bad_arrival_time", arrival_raw))
+    checks.append((bad_type_detail != "", "bad_type", bad_type_detail))
     if spec.unknown_fields == UnknownFields.quarantine:
         checks.append((F.size(unknown) > 0, "unexpected_field", F.array_join(unknown, ",")))
     checks += [
@@ -121,10 +172,12 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     for cond, code, det in reversed(checks):
         reason = F.when(cond, F.lit(code)).otherwise(reason)
         detail = F.when(cond, det.cast("string")).otherwise(detail)
+    drift = F.when(F.size(unknown) > 0, F.array_join(unknown, ","))
     return (
         df.withColumn("_reason", reason)
         .withColumn("_detail", detail)
-        .withColumn("ds", arrival_ds(F.col(ARRIVAL_TIME), spec.timezone))
+        .withColumn("_drift", drift if spec.unknown_fields == UnknownFields.keep else F.lit(None).cast("string"))
+        .withColumn("ds", arrival_ds(F.coalesce(F.col(ARRIVAL_TIME), F.col("_record_ts")), spec.timezone))
         .drop("_fields")
     )
 

@@ -139,7 +139,7 @@ def measure_day(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | Non
     unexplained: int | None = None
     try:
         unexplained = unexplained_misses(spark, spec, ds, s)
-    except (FileNotFoundError, ValueError) as e:  # the baseline's output is missing (batch retired or not run)
+    except (delta_io.MissingInput, ValueError) as e:  # the baseline's output is missing (batch retired or not run)
         notes["unexplained_misses"] = f"miss account unavailable: {e}"
     latency = latency_p99_s(output, spec)
     if latency is None:

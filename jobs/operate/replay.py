@@ -34,7 +34,7 @@ from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.steps.stream import start_streaming_join
 from jobs.storage import kafka
-from jobs.storage.hold import hold
+from jobs.storage.hold import hold, stream_owner
 from jobs.storage.kafka import RetentionGap
 from jobs.storage.progress import JOIN_QUERY, await_logged
 from jobs.storage.tables import Tables
@@ -88,19 +88,21 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     plan = plan_replay(spec, cutover, bootstrap, s)
     with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}"):
         plan.stopped_pid = stop_stream_process(spec, s)
-        plan.backup = backup_and_clear(plan.checkpoint)
-        (q,) = start_streaming_join(
-            spark,
-            spec,
-            bootstrap=bootstrap,
-            s=s,
-            available_now=True,
-            quarantine=False,
-            starting_offsets={t: o for t, o in plan.offsets.items()},
-            owned_from=cutover,
-        )
-        q.awaitTermination()
-        await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
+        # an increment still running refuses the replay before the checkpoint moves
+        with stream_owner(spec, s, role="replay"):
+            plan.backup = backup_and_clear(plan.checkpoint)
+            (q,) = start_streaming_join(
+                spark,
+                spec,
+                bootstrap=bootstrap,
+                s=s,
+                available_now=True,
+                quarantine=False,
+                starting_offsets={t: o for t, o in plan.offsets.items()},
+                owned_from=cutover,
+            )
+            q.awaitTermination()
+            await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan
 

@@ -38,6 +38,7 @@ from pydantic import (
 
 from jobs.settings import PROJECT_ROOT
 from jobs.spec.duration import Duration, format_duration
+from jobs.spec.source import BatchTable, SourceFormat
 
 #: Column types a stream schema may use, mapped to Spark SQL type names.
 SCHEMA_TYPES = {
@@ -77,6 +78,10 @@ class Cardinality(str, Enum):
 
 
 class UnknownFields(str, Enum):
+    """A JSON field the schema does not name: ``keep`` the record and count the field as schema
+    drift (the default), ``quarantine`` the record, or ``ignore`` it (kept, not counted)."""
+
+    keep = "keep"
     quarantine = "quarantine"
     ignore = "ignore"
 
@@ -96,6 +101,10 @@ class StreamSpec(_Strict):
     event_time: str = Field(description="event-time column (a 'timestamp' column of the schema)")
     id: str = Field(description="unique event id column; duplicates are quarantined")
     watermark_delay: Duration = Field(description="how late an event may arrive behind the stream's max event time")
+    format: SourceFormat = Field(default_factory=SourceFormat, description="how the topic's records are read")
+    batch_table: BatchTable | None = Field(
+        default=None, description="the batch job's existing daily table: the batch baselines read it"
+    )
 
     @field_validator("topic", "table", "name")
     @classmethod
@@ -131,6 +140,9 @@ class StreamSpec(_Strict):
                     raise ValueError(f"{field}: column {c!r} is not in schema (columns: {', '.join(self.schema_)})")
         if self.schema_[self.event_time] != "timestamp":
             raise ValueError(f"event_time: column {self.event_time!r} must have type 'timestamp'")
+        self.format.check_columns(self.schema_, self.id)
+        if self.batch_table is not None:
+            self.batch_table.check_columns(self.schema_)
         return self
 
     @property
@@ -338,7 +350,7 @@ class JoinSpec(_Strict):
     join: JoinOptions = JoinOptions()
     output_table: str
     timestamp_validity: TimestampValidity = TimestampValidity()
-    unknown_fields: UnknownFields = UnknownFields.quarantine
+    unknown_fields: UnknownFields = UnknownFields.keep
     accuracy: AccuracySpec = AccuracySpec()
     streaming: StreamingOptions = StreamingOptions()
     health: HealthSpec = HealthSpec()

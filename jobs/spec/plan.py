@@ -301,6 +301,19 @@ RULES: list[tuple[str, str, str]] = [
         "rows written before and after the restart are keyed differently.",
     ),
     (
+        "side.format.id_from",
+        REUSE_WARN,
+        "{field}: the id is made from other columns now; the state and the sink's dedupe key keep the ids "
+        "made the old way, so a record read before and after the restart can be counted twice. Reusable, "
+        "but replay from a point after the last old output (joinshift replay) if that matters.",
+    ),
+    (
+        "side.format.*",
+        REUSE_WARN,
+        "{field} is a parse rule applied before the join (how the topic's records are read). Reusable, but it "
+        "changes which records parse (and their times) from now on; earlier records are not re-read.",
+    ),
+    (
         "streaming.trigger_interval",
         REUSE_OK,
         "{field} only sets when micro-batches start; it is not stored in the checkpoint. Reusable.",

@@ -28,24 +28,48 @@ from jobs.join.conditions import join_events
 from jobs.join.variants import DAILY_VARIANTS, is_windowed, missing_days, right_days
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.storage import delta_io
+from jobs.storage import batch_input, delta_io
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.batch")
 
 
+class PartitionsNotLanded(delta_io.MissingInput):
+    """The day-edge rule: a variant whose right-stream days have not all landed is not computed
+    for that ds (it would miss the late matches those days hold); it waits, marked incomplete."""
+
+    def __init__(self, what: str, ds: date, missing: list[date]):
+        self.ds, self.missing = ds, missing
+        days = ", ".join(map(str, missing))
+        super().__init__(
+            f"{what} for ds {ds} waits for right-stream ds {days}, which has not landed: "
+            f"land it (joinshift land --ds {missing[0]}{f' --to {missing[-1]}' if len(missing) > 1 else ''}) "
+            "and run again"
+        )
+
+
 def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: Settings | None = None) -> int:
-    """I/O shell: read landed partitions, join, replace the output's ds partition. Returns rows written."""
+    """I/O shell: read landed partitions, join, replace the output's ds partition. Returns rows written.
+
+    Nothing is written when an input has not landed: a later right day the window reaches waits
+    (:class:`PartitionsNotLanded`, the day-edge rule); ds itself or an earlier day is missing input."""
     tables = Tables.of(spec, s)
     days = right_days(spec, variant, ds)
     missing = missing_days(days, landed_days(spark, tables, "right"))
-    if missing:
-        raise RuntimeError(
-            f"{variant} for ds={ds} needs right-stream partitions {', '.join(map(str, missing))}, "
-            "which have not landed yet; land them first"
+    left_landed, early = ds in landed_days(spark, tables, "left"), [d for d in missing if d <= ds]
+    if not left_landed or early:
+        first = min([ds, *early])
+        what = "left" if not early else ("right" if left_landed else "left and right")
+        span = f"ds {first}" if first == ds else f"ds {first} .. {ds}"
+        raise delta_io.MissingInput(
+            f"{variant} for ds {ds}: the {what} stream has not landed {span}: "
+            f"run joinshift land --ds {first}{f' --to {ds}' if first != ds else ''} first"
         )
-    left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
-    right = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").isin(days))
+    if missing:
+        raise PartitionsNotLanded(variant, ds, missing)
+    land = f"joinshift land --ds {ds}"
+    left = batch_input.read_side(spark, tables, "left", [ds], made_by=land)
+    right = batch_input.read_side(spark, tables, "right", days, made_by=land)
     out = join_events(left, right, spec, windowed=is_windowed(variant))
     delta_io.replace_partitions(out, tables.output(variant), {"ds": [ds]})
     n = delta_io.read_table(spark, tables.output(variant)).where(F.col("ds") == F.lit(ds)).count()
@@ -54,7 +78,11 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
 
 
 def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
-    """Partitions the landing job has completed for a side (from the landing log)."""
+    """The days a side's batch input holds: its own table's (``batch_table``), or the partitions
+    the landing job has completed (from the landing log)."""
+    own = batch_input.own_table_days(spark, tables, side)
+    if own is not None:
+        return own
     if not delta_io.table_exists(spark, tables.landing_log):
         return []
     rows = (
@@ -68,7 +96,14 @@ def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
     return sorted(r.ds for r in rows)
 
 
+def waiting_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> dict[str, list[date]]:
+    """The daily variants that cannot be computed for ``ds`` yet, each with the right days it waits for."""
+    landed = landed_days(spark, Tables.of(spec, s), "right")
+    waits = {v: missing_days(right_days(spec, v, ds), landed) for v in DAILY_VARIANTS}
+    return {v: days for v, days in waits.items() if days}
+
+
 def ready_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[str]:
     """The daily variants whose right-stream partitions for ``ds`` have all landed."""
-    landed = landed_days(spark, Tables.of(spec, s), "right")
-    return [v for v in DAILY_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]
+    waiting = waiting_variants(spark, spec, ds, s)
+    return [v for v in DAILY_VARIANTS if v not in waiting]

@@ -36,6 +36,8 @@ class LandingResult:
     records: int
     landed: int
     quarantined: dict[str, int] = field(default_factory=dict)
+    #: fields the schema does not name -> records that carried them (kept: ``unknown_fields: keep``)
+    schema_drift: dict[str, int] = field(default_factory=dict)
 
     @property
     def quarantined_total(self) -> int:
@@ -62,18 +64,19 @@ def land_ds(
     tables = Tables.of(spec, s)
     stream = spec.side(side)
     start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
-    raw = kafka.read_range(spark, bootstrap or kafka.bootstrap_servers(tables.settings), stream.topic, start_ms, end_ms)
+    # arrival from a field: the ds is the field's, so read record timestamps around the day too
+    slack_ms = int(stream.format.arrival_slack.total_seconds() * 1000) if stream.format.arrival_field else 0
+    bootstrap = bootstrap or kafka.bootstrap_servers(tables.settings)
+    raw = kafka.read_range(spark, bootstrap, stream.topic, start_ms - slack_ms, end_ms + slack_ms)
 
     landed_path = tables.landed(side)
     seen = None
     if delta_io.table_exists(spark, landed_path):
         # duplicates are re-sends minutes apart: the previous day is enough to catch them
         seen = spark.read.format("delta").load(landed_path).where(F.col("ds") == F.lit(ds - timedelta(days=1)))
-    parsed = land_records(raw, stream, spec, seen).persist()
+    parsed = land_records(raw, stream, spec, seen).where(F.col("ds") == F.lit(ds)).persist()
     try:
-        delta_io.replace_partitions(
-            good_events(parsed, stream).where(F.col("ds") == F.lit(ds)), landed_path, {"ds": [ds]}
-        )
+        delta_io.replace_partitions(good_events(parsed, stream), landed_path, {"ds": [ds]})
         delta_io.replace_partitions(
             quarantine_rows(parsed, stream, "landing"),
             tables.quarantine,
@@ -81,19 +84,34 @@ def land_ds(
             partition_by=("ds",),
         )
         counts = {r["_reason"]: r["n"] for r in parsed.groupBy("_reason").agg(F.count("*").alias("n")).collect()}
+        drift = (
+            parsed.where(F.col("_reason").isNull() & F.col("_drift").isNotNull())
+            .select(F.explode(F.split("_drift", ",")).alias("field"))
+            .groupBy("field")
+            .count()
+            .collect()
+        )
     finally:
         parsed.unpersist()
     landed = counts.pop(None, 0)
-    result = LandingResult(side, ds, landed + sum(counts.values()), landed, dict(sorted(counts.items())))
+    result = LandingResult(
+        side,
+        ds,
+        landed + sum(counts.values()),
+        landed,
+        dict(sorted(counts.items())),
+        {r["field"]: r["count"] for r in sorted(drift)},
+    )
     _log_landing(spark, tables, stream, result)
     log.info(
-        "landed %s ds=%s: %d records, %d landed, %d quarantined %s",
+        "landed %s ds=%s: %d records, %d landed, %d quarantined %s, schema drift %s",
         stream.topic,
         ds,
         result.records,
         landed,
         result.quarantined_total,
         result.quarantined,
+        result.schema_drift,
     )
     return result
 

@@ -40,7 +40,7 @@ from jobs.spec import Cardinality, JoinSpec
 from jobs.spec.plan import plan
 from jobs.storage import delta_io, kafka
 from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id, local_path
-from jobs.storage.hold import current_hold
+from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
     QUARANTINE_QUERY,
@@ -285,10 +285,11 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
         return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
     tables = Tables.of(spec, s)
     kind, days = _increment_kind(spec, bootstrap, tables)
-    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
-    for q in queries:
-        q.awaitTermination()
-        await_logged(tables.progress_log(q.name), q)
+    with stream_owner(spec, s, role="increment"):  # never beside the continuous process
+        queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
+        for q in queries:
+            q.awaitTermination()
+            await_logged(tables.progress_log(q.name), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     if days:
         record_run(spec, days, kind, s=s)
@@ -337,10 +338,11 @@ def run_continuous(
     except Exception as exc:  # a label must never stop the stream (Kafka down: the query waits for it)
         log.warning("cannot tell whether %s starts over a backlog (%s): its run is not labelled", spec.pipeline, exc)
         kind, days = LIVE, []
-    if days:
-        record_run(spec, days, kind, s=s)
-    queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
-    spark.streams.awaitAnyTermination()
+    with stream_owner(spec, s, role="continuous"):
+        if days:
+            record_run(spec, days, kind, s=s)
+        queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
+        spark.streams.awaitAnyTermination()
     for q in queries:
         if q.exception():
             raise RuntimeError(f"streaming query {q.name} failed: {q.exception()}")

@@ -18,14 +18,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 
+class MissingInput(Exception):
+    """An input a job needs has not been written yet (a table, a partition). The message names
+    what is missing and the command that makes it; the CLI prints it as one line."""
+
+
 def table_exists(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 
 
-def read_table(spark: SparkSession, path: str) -> DataFrame:
-    """A Delta table by path; a clear error if it was never written."""
+def read_table(spark: SparkSession, path: str, *, made_by: str = "the job that writes it") -> DataFrame:
+    """A Delta table by path; :class:`MissingInput` naming ``made_by`` if it was never written."""
     if not table_exists(spark, path):
-        raise FileNotFoundError(f"no Delta table at {path} (has the job that writes it run?)")
+        raise MissingInput(f"no Delta table at {path} yet: run {made_by} first")
     return spark.read.format("delta").load(path)
 
 

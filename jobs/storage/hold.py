@@ -1,12 +1,18 @@
-"""The maintenance hold: a file that says "a replay owns this pipeline's checkpoint now".
+"""Who may use a pipeline's checkpoint.
 
-While held, supervisors neither start nor restart the stream process, scheduled increments skip,
-and the stream refuses to start. A hold left by a dead process is stale and ignored.
+* The maintenance hold: a file that says "a replay owns this pipeline's checkpoint now". While
+  held, supervisors neither start nor restart the stream process, scheduled increments skip, and
+  the stream refuses to start. A hold left by a dead process is stale and ignored.
+* The stream owner (:func:`stream_owner`): one process at a time runs the pipeline's stream
+  queries, whether the supervised continuous process, an increment (the ``joinshift_stream`` DAG,
+  ``joinshift stream --available-now``) or a replay; another is refused. An OS file lock, so
+  it is gone with its process: a crash leaves nothing to clean up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -74,3 +80,35 @@ def supervised_stream_pid(spec: JoinSpec, s: Settings | None = None) -> int | No
     except (OSError, ValueError, AttributeError):
         return None
     return int(pid) if pid_alive(pid) else None
+
+
+class CheckpointBusy(RuntimeError):
+    """Another process runs the pipeline's stream queries; the message names it and what to do."""
+
+
+@contextlib.contextmanager
+def stream_owner(spec: JoinSpec, s: Settings | None = None, *, role: str) -> Iterator[None]:
+    """Own the pipeline's checkpoint while running its stream queries (``role`` says as what:
+    "continuous", "increment", "replay"); :class:`CheckpointBusy` if another process owns it."""
+    folder = supervisor_dir(spec, s)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock, owner = folder / "stream.lock", folder / "stream.owner.json"
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                other = json.loads(owner.read_text())
+            except (OSError, ValueError):
+                other = {}
+            raise CheckpointBusy(
+                f"{spec.pipeline}'s checkpoint is in use by pid {other.get('pid', '?')} ({other.get('role', '?')}, "
+                f"since {other.get('since', '?')}): run one stream at a time; stop that one "
+                "(or pause the joinshift_stream DAG) before starting another"
+            ) from None
+        since = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
+        owner.write_text(json.dumps({"pid": os.getpid(), "role": role, "since": since}) + "\n")
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -68,7 +68,7 @@ class _BadRecords:
         cols = list(stream.schema_)
         string_id = stream.schema_[stream.id] == "string"
         new_ids = _ids(s.name, np.arange(n_good, n_good + need), string_id)
-        unknown_ignored = self.spec.unknown_fields == UnknownFields.ignore
+        unknown_ignored = self.spec.unknown_fields != UnknownFields.quarantine
         out: dict[str, list] = {c: [] for c in ("key", "value", "arrival_ms", "event_id", "expected_reason")}
         extra_good: dict[str, list] = {"template": [], "id": [], "arrival_ms": []}
 

@@ -66,6 +66,17 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert first.find(), "the supervised stream process runs on after the DAG run"
     running = subprocess.run(["pgrep", "-f", f"jobs.cli stream --spec {path}"], capture_output=True, text=True)
     assert len(running.stdout.split()) == 1, "every poke must adopt the one process, not start another"
+    # the joinshift_stream DAG's increment (its task body) and a CLI increment are refused while the
+    # continuous process owns the checkpoint: never two streams on one checkpoint
+    from jobs import airflow_tasks
+    from jobs.cli import main
+    from jobs.storage.hold import CheckpointBusy
+
+    with pytest.raises(CheckpointBusy, match=r"in use by pid \d+ \(continuous"):
+        airflow_tasks.stream_increment(str(path))
+    with pytest.raises(SystemExit, match="checkpoint is in use") as refused:
+        main(["stream", "--spec", str(path), "--available-now"])
+    assert refused.value.code == 1
     assert wait_until(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
     states = {
         r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health")).select("state").collect()

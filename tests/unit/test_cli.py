@@ -15,6 +15,7 @@ COMMANDS = [
     "airflow",
     "demo",
     "generate",
+    "import",
     "land",
     "batch",
     "stream",

@@ -352,6 +352,7 @@ def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, g
 
 
 def test_sweep_ds_reads_landed_tables_and_checks_right_partitions(spark, test_settings):
+    from jobs.steps.batch import PartitionsNotLanded
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
@@ -379,7 +380,7 @@ def test_sweep_ds_reads_landed_tables_and_checks_right_partitions(spark, test_se
         (D21, 0, 30 * M): (0, 0, 0),
     }  # no left events that day
     assert same[same.ds == D21].match_rate.isna().all()
-    with pytest.raises(RuntimeError, match="partitions 2026-11-22, which have not landed"):
+    with pytest.raises(PartitionsNotLanded, match="waits for right-stream ds 2026-11-22, which has not landed"):
         sweep_ds(spark, spec, [D21], cands, test_settings, right_days="neighbours")  # reads ds 20..22
     nb = sweep_ds(spark, spec, [D20], cands, test_settings, right_days="neighbours")  # reads ds 19..21
     assert as_dict(nb) == {(D20, -H, H): (2, 2, 2), (D20, 0, 30 * M): (2, 1, 1)}

@@ -1,0 +1,135 @@
+"""The CLI's error paths, walked on the real broker, Spark and Delta: every user error (a missing
+spec or config, an input not landed or not computed yet) ends in one line that names what to do
+and a non-zero exit code, never a traceback; and the day-edge rule: a variant whose next right
+day has not landed is computed for no ds it cannot finish and marked incomplete, the run goes on.
+
+Commands run in this process through :func:`jobs.cli.main` (one Spark session for all); the
+configuration errors run as child processes, since settings are read once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+
+import pytest
+
+from jobs.cli import main
+from tests.integration.test_stream_semantics import at, left, publish, right
+
+pytestmark = pytest.mark.integration
+
+D20, D21, D22 = date(2026, 11, 20), date(2026, 11, 21), date(2026, 11, 22)
+
+
+def fails(argv: list[str], capsys, code: int = 1) -> str:
+    """Run the CLI; it must exit ``code`` with one stderr line naming the command; return that line."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == code, argv
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"joinshift {argv[0]}: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def cli_spec(own_pipeline_spec, tmp_path_factory):
+    from jobs.spec import write_spec
+
+    spec = own_pipeline_spec("cli_errors")
+    return spec, str(write_spec(spec, tmp_path_factory.mktemp("cli") / "cli_errors.yaml"))
+
+
+def test_configuration_errors_are_one_line_in_a_fresh_process(tmp_path):
+    def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *args],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("spark_master: [unclosed\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("spark_mastr: local[2]\n")
+    cases = [
+        ({"JOINSHIFT_CONFIG": str(tmp_path / "nope.yaml")}, "JOINSHIFT_CONFIG points to"),
+        ({"JOINSHIFT_CONFIG": str(bad_yaml)}, "not valid YAML"),
+        ({"JOINSHIFT_CONFIG": str(unknown)}, "unknown setting(s) spark_mastr"),
+    ]
+    for env, named in cases:
+        res = run(env, "compare", "--ds", "2026-11-20")
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip().startswith("joinshift compare: ") and named in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = run({}, "batch", "--spec", str(tmp_path / "missing.yaml"), "--ds", "2026-11-20")
+    assert res.returncode == 2 and "missing.yaml does not exist" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, kafka, cli_spec, capsys):
+    _, path = cli_spec
+    assert "joinshift land --ds 2026-11-20" in fails(["batch", "--spec", path, "--ds", "2026-11-20"], capsys)
+    assert "joinshift land --ds 2026-11-20" in fails(["compare", "--spec", path, "--ds", "2026-11-20"], capsys)
+    assert "joinshift stream" in fails(["attribute", "--spec", path, "--ds", "2026-11-20"], capsys)
+    assert "joinshift land --ds 2026-11-20" in fails(["recommend", "--spec", path, "--ds", "2026-11-20"], capsys)
+
+
+def test_the_last_day_waits_for_its_next_right_day_and_everything_else_is_computed(
+    spark, kafka, cli_spec, test_settings, capsys
+):
+    spec, path = cli_spec
+    publish(
+        kafka,
+        spec,
+        [
+            left("L1", "s1", at(20, "10:00"), at(20, "10:00", 5)),
+            right("R1", "s1", at(20, "10:10"), at(20, "10:11")),
+            left("L2", "s2", at(21, "23:50"), at(21, "23:50", 5)),  # its match arrives on the 22nd
+            right("R2", "s2", at(22, "00:05"), at(22, "00:06")),
+        ],
+    )
+    assert main(["land", "--spec", path, "--ds", "2026-11-20", "--to", "2026-11-21"]) == 0
+    capsys.readouterr()
+
+    assert main(["batch", "--spec", path, "--ds", "2026-11-20", "--to", "2026-11-21"]) == 0
+    out, err = capsys.readouterr()
+    status = {(r["ds"], r["variant"]): r for r in map(json.loads, out.strip().splitlines())}
+    assert len(status) == 8
+    waiting = {k for k, r in status.items() if r["status"] == "incomplete"}
+    assert waiting == {("2026-11-21", "batch_1d_2d"), ("2026-11-21", "reference")}
+    assert all(status[k]["waiting_for"] == ["2026-11-22"] for k in waiting)
+    assert status[("2026-11-21", "batch_1d_windowed")]["status"] == "done"  # the same-day variants are not held up
+    assert err.count("joinshift land --ds 2026-11-22") == 2 and "Traceback" not in err
+
+    assert main(["compare", "--spec", path, "--ds", "2026-11-21"]) == 0
+    out = capsys.readouterr().out
+    assert "batch_1d_2d for ds 2026-11-21: incomplete" in out and "reference for ds 2026-11-21: incomplete" in out
+    from jobs.accuracy.compare import compare_ds
+
+    assert {m["variant"] for m in compare_ds(spark, spec, D21, test_settings)} == {"batch_1d_1d", "batch_1d_windowed"}
+
+    sweep = ["sweep", "--spec", path, "--ds", "2026-11-21", "--right-days", "neighbours"]
+    err = fails([*sweep, "--grid", "lower=-1h,upper=0..1h/30m"], capsys)
+    assert "waits for right-stream ds 2026-11-22" in err and "joinshift land --ds 2026-11-22" in err
+
+    err = fails(["recommend", "--spec", path, "--ds", "2026-11-21"], capsys)  # its only match is on the 22nd
+    assert "1 left events and no right event within" in err and "check the keys" in err
+    assert main(["recommend", "--spec", path, "--ds", "2026-11-20", "--to", "2026-11-21", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["inputs"]["incomplete"] == {"2026-11-21": ["2026-11-22"]}
+    assert any(r.startswith("incomplete: right ds 2026-11-22 not landed") for r in rec["explanation"])
+
+    # the next day lands: the waiting variants complete, and L2 finds its match across midnight
+    assert main(["land", "--spec", path, "--ds", "2026-11-22"]) == 0
+    assert main(["batch", "--spec", path, "--ds", "2026-11-21", "--variant", "reference"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(out) == {"ds": "2026-11-21", "variant": "reference", "status": "done", "rows": 1}
+    from jobs.storage.tables import Tables
+
+    ref = spark.read.format("delta").load(Tables.of(spec, test_settings).output("reference")).where("ds = '2026-11-21'")
+    assert [(r.left_event_id, r.right_event_id) for r in ref.collect()] == [("L2", "R2")]

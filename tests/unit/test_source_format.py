@@ -1,0 +1,138 @@
+"""A side's ``format``: JSON paths, time formats and zones, arrival from a field, ids made from
+fields, and schema drift kept and counted, through the parser landing and the stream share."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from tiny_spec import tiny_spec_data
+
+from jobs.join.records import parse_records
+from jobs.spec import SpecError, parse_spec
+
+RECORD_TS = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
+RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+def spec_with(fmt: dict, *, unknown_fields: str = "keep", extra: dict | None = None):
+    data = tiny_spec_data(extra=extra)
+    data["right"]["format"] = fmt
+    data["unknown_fields"] = unknown_fields
+    return parse_spec(data)
+
+
+def parse(spark, spec, values: list[dict | str]) -> list:
+    rows = [
+        (b"k", (v if isinstance(v, str) else json.dumps(v)).encode(), "t", 0, i, RECORD_TS)
+        for i, v in enumerate(values)
+    ]
+    df = parse_records(spark.createDataFrame(rows, RAW_SCHEMA), spec.right, spec)
+    return df.orderBy("_offset").collect()
+
+
+def utc(*a) -> datetime:
+    return datetime(*a, tzinfo=UTC)
+
+
+def test_json_paths_read_nested_fields(spark):
+    spec = spec_with({"fields": {"event_id": "$.meta.id", "k": "user.keys[1]"}})
+    [r] = parse(spark, spec, [{"meta": {"id": "E1"}, "user": {"keys": ["a", "b"]}, "t": "2026-11-20T11:59:00Z"}])
+    assert (r.event_id, r.k, r._reason, r._drift) == ("E1", "b", None, None)
+
+
+@pytest.mark.parametrize(
+    "fmt,written,expected",
+    [
+        ({"time_format": "epoch_s"}, 1795175940, utc(2026, 11, 20, 11, 59)),
+        ({"time_format": "epoch_s"}, "1795175940.5", utc(2026, 11, 20, 11, 59, 0, 500000)),
+        ({"time_format": "epoch_ms"}, 1795175940123, utc(2026, 11, 20, 11, 59, 0, 123000)),
+        ({"time_format": "epoch_us"}, 1795175940123456, utc(2026, 11, 20, 11, 59, 0, 123456)),
+        ({"time_format": "yyyy-MM-dd HH:mm:ss", "time_zone": "America/Chicago"}, "2026-11-20 05:59:00",
+         utc(2026, 11, 20, 11, 59)),
+        ({"time_format": "dd/MM/yyyy HH:mm"}, "20/11/2026 11:59", utc(2026, 11, 20, 11, 59)),
+        ({"time_zone": "Europe/Berlin"}, "2026-11-20T12:59:00", utc(2026, 11, 20, 11, 59)),  # naive ISO: the zone
+        ({"time_zone": "Europe/Berlin"}, "2026-11-20T11:59:00Z", utc(2026, 11, 20, 11, 59)),  # an offset wins
+        ({"time_zone": "Europe/Berlin"}, "2026-11-20T06:59:00-05:00", utc(2026, 11, 20, 11, 59)),
+        ({}, "2026-11-20 11:59:00", utc(2026, 11, 20, 11, 59)),  # the default: ISO, naive is UTC
+    ],
+)  # fmt: skip
+def test_time_formats_and_zones(spark, fmt, written, expected):
+    [r] = parse(spark, spec_with(fmt), [{"event_id": "E", "k": "a", "t": written}])
+    assert r._reason is None and r.t.replace(tzinfo=UTC) == expected
+
+
+@pytest.mark.parametrize("written", ["yesterday", "1e30", "", "2026-13-45 99:99:99"])
+def test_a_time_that_does_not_parse_is_quarantined_not_guessed(spark, written):
+    for fmt in ({"time_format": "epoch_ms"}, {"time_format": "yyyy-MM-dd HH:mm:ss"}, {}):
+        [r] = parse(spark, spec_with(fmt), [{"event_id": "E", "k": "a", "t": written}])
+        assert (r._reason, r.t) == ("bad_event_time", None), (fmt, written)
+
+
+def test_arrival_from_a_field_sets_ds_and_validity(spark):
+    spec = spec_with({"time_format": "epoch_ms", "arrival": "$.received_at"})
+    ms = int(utc(2026, 11, 20, 23, 59, 59).timestamp() * 1000)
+    rows = parse(
+        spark,
+        spec,
+        [
+            {"event_id": "A", "k": "a", "t": ms - 1000, "received_at": ms},  # record ts says noon, the field 23:59
+            {"event_id": "B", "k": "a", "t": ms},  # no arrival field
+            {"event_id": "C", "k": "a", "t": ms - 8 * 86_400_000, "received_at": ms},  # older than max_past (7d)
+        ],
+    )
+    assert rows[0]._reason is None and rows[0]._arrival_time.replace(tzinfo=UTC) == utc(2026, 11, 20, 23, 59, 59)
+    assert str(rows[0].ds) == "2026-11-20"
+    assert (rows[1]._reason, str(rows[1].ds)) == ("bad_arrival_time", "2026-11-20")  # ds from the record ts
+    assert rows[2]._reason == "event_time_too_old"
+
+
+def test_an_id_made_from_fields_is_stable_and_tells_records_apart(spark):
+    spec = spec_with({"id_from": ["k", "t", "who"]}, extra={"who": "string"})
+    a = {"k": "a", "t": "2026-11-20T11:59:00Z", "who": "d1"}
+    rows = parse(spark, spec, [a, {**a, "who": "d2"}, a, {"k": "a", "t": "2026-11-20T11:59:00Z"}])
+    ids = [r.event_id for r in rows]
+    assert all(r._reason is None for r in rows) and len(ids[0]) == 32
+    assert ids[0] == ids[2] and len({ids[0], ids[1], ids[3]}) == 3  # a missing field is not an empty one
+
+
+def test_an_added_field_is_kept_and_counted_by_default_quarantined_when_asked(spark):
+    rec = {"event_id": "E", "k": "a", "t": "2026-11-20T11:59:00Z", "app_version": "7.1", "os": "ios"}
+    [kept] = parse(spark, spec_with({}), [rec])
+    assert kept._reason is None and sorted(kept._drift.split(",")) == ["app_version", "os"]
+    [q] = parse(spark, spec_with({}, unknown_fields="quarantine"), [rec])
+    assert q._reason == "unexpected_field"
+    [ignored] = parse(spark, spec_with({}, unknown_fields="ignore"), [rec])
+    assert (ignored._reason, ignored._drift) == (None, None)
+    spec = spec_with({"fields": {"k": "$.user.k"}})  # a mapped path's top-level key is known
+    [r] = parse(spark, spec, [{"event_id": "E", "user": {"k": "a", "new": 1}, "t": "2026-11-20T11:59:00Z"}])
+    assert (r.k, r._drift) == ("a", None)
+
+
+@pytest.mark.parametrize(
+    "fmt,named",
+    [
+        ({"fields": {"nope": "$.x"}}, "column 'nope' is not in schema"),
+        ({"fields": {"k": "$..x"}}, "is not a JSON path"),
+        ({"time_format": "fortnights"}, "use iso, epoch_s"),
+        ({"time_zone": "Mars/Olympus"}, "not an IANA time zone"),
+        ({"arrival": "when it came"}, "record_timestamp or a JSON path"),
+        ({"id_from": ["event_id"]}, "cannot be made from itself"),
+        ({"id_from": ["k"], "fields": {"event_id": "$.id"}}, "do not also map it"),
+        ({"colour": "red"}, "unknown field"),
+    ],
+)
+def test_a_bad_format_names_the_field(fmt, named):
+    data = tiny_spec_data()
+    data["right"]["format"] = fmt
+    with pytest.raises(SpecError, match=r"  right[.:]") as exc:
+        parse_spec(data)
+    assert named in str(exc.value) and "format" in str(exc.value)
+
+
+def test_the_default_format_is_joinshifts_own():
+    spec = parse_spec(tiny_spec_data())
+    assert spec.right.format.arrival_field is None and spec.right.format.time_format == "iso"
+    assert spec.unknown_fields.value == "keep"
+    assert timedelta(hours=1) == spec.right.format.arrival_slack
