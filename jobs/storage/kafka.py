@@ -1,5 +1,6 @@
 """The one door to Kafka: every client joinshift opens (Spark's source, kafka-python consumers,
-producers and the admin client) is made here, with one set of timeouts.
+producers and the admin client) is made here, with one set of timeouts and one set of client
+properties (security and any other: :mod:`jobs.storage.kafka_config`).
 
 Where Kafka is: the ``kafka_bootstrap`` setting; when it is empty, the address the embedded
 broker (``joinshift kafka start``) recorded in ``<kafka_home>/state.json``, if it still runs.
@@ -19,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.settings import Settings, settings
+from jobs.storage.kafka_config import client_properties, python_client_config, spark_options
 from jobs.storage.processes import pid_alive
 
 log = logging.getLogger("joinshift.kafka")
@@ -70,17 +72,36 @@ def bootstrap_servers(s: Settings | None = None) -> str:
 # ------------------------------------------------------------------ kafka-python clients
 
 
+def _python_config(client: str) -> dict[str, Any]:
+    """The configured client properties as kafka-python arguments for ``client`` (consumer,
+    producer or admin)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+
+    cls = {"consumer": KafkaConsumer, "producer": KafkaProducer, "admin": KafkaAdminClient}[client]
+    return python_client_config(client_properties(settings()), set(cls.DEFAULT_CONFIG))
+
+
+def admin_client(bootstrap: str, **config: Any) -> Any:
+    """A kafka-python admin client with the configured properties; the caller closes it."""
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=bootstrap, **{**_python_config("admin"), **config})
+
+
 @contextlib.contextmanager
 def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config: Any) -> Iterator[Any]:
     """A kafka-python consumer that commits nothing, closed on exit."""
     from kafka import KafkaConsumer
 
     c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        request_timeout_ms=max(timeout_ms, 1000) + 1000,
-        bootstrap_timeout_ms=timeout_ms,
-        **config,
+        **{
+            **_python_config("consumer"),
+            "bootstrap_servers": bootstrap,
+            "enable_auto_commit": False,
+            "request_timeout_ms": max(timeout_ms, 1000) + 1000,
+            "bootstrap_timeout_ms": timeout_ms,
+            **config,
+        }
     )
     try:
         yield c
@@ -230,10 +251,9 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
     Retention and timestamp configs are set on the topic itself (:data:`TOPIC_CONFIGS`).
     Replication is the cluster's default (1 on the embedded broker).
     """
-    from kafka.admin import KafkaAdminClient
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3 * REQUEST_TIMEOUT_MS)
+    admin = admin_client(bootstrap, request_timeout_ms=3 * REQUEST_TIMEOUT_MS)
     try:
         try:
             admin.create_topics(
@@ -256,9 +276,7 @@ def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 20) -> N
     """Delete those of ``topics`` that exist, and wait until the cluster no longer lists them."""
     import time
 
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
+    admin = admin_client(bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
     try:
         doomed = [t for t in topics if t in set(admin.list_topics())]
         if doomed:
@@ -271,8 +289,10 @@ def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 20) -> N
 
 
 def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
-    """KafkaProducer settings for publishing: batching, zstd, acks=all, idempotent (ordered)."""
+    """KafkaProducer settings for publishing: batching, zstd, acks=all, idempotent (ordered),
+    with the configured client properties."""
     return {
+        **_python_config("producer"),
         "bootstrap_servers": bootstrap,
         "acks": "all",
         "compression_type": "zstd",
@@ -305,6 +325,7 @@ def read_stream(
     """Spark's Kafka source over one topic, failing (not skipping) when records were deleted."""
     reader = (
         spark.readStream.format("kafka")
+        .options(**spark_options(client_properties(settings())))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
@@ -319,6 +340,7 @@ def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, e
     """A batch read of the records of ``topic`` with timestamps in ``[start_ms, end_ms)``."""
     return (
         spark.read.format("kafka")
+        .options(**spark_options(client_properties(settings())))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingTimestamp", str(start_ms))
