@@ -21,12 +21,15 @@ from typing import Any
 from jobs.settings import Settings
 
 
-def isolated_spec(spec, name: str, max_offsets: int | None):
+def isolated_spec(spec, name: str, max_offsets: int | None, watermarks: dict | None = None):
     """Own topics, tables and checkpoints; watermarks as wide as the validity window, so no record
-    is late and the output cannot depend on how the backlog is cut into micro-batches."""
+    is late and the output cannot depend on how the backlog is cut into micro-batches; or
+    ``watermarks`` (side -> timedelta) shorter than the data's lateness, so rows are dropped as
+    late, and which ones depends on the micro-batches (a restart must repeat them exactly)."""
 
     def side(st, tag: str):
-        return st.model_copy(update={"topic": f"{name}_{tag}", "watermark_delay": spec.timestamp_validity.max_past})
+        delay = (watermarks or {}).get(tag, spec.timestamp_validity.max_past)
+        return st.model_copy(update={"topic": f"{name}_{tag}", "watermark_delay": delay})
 
     return spec.model_copy(
         update={
@@ -55,13 +58,25 @@ def publish_workload(base_spec, spec, bootstrap: str, left_events: int, seed: in
 
 
 def reference_output(spark, spec, bootstrap: str, s: Settings) -> list[tuple]:
-    """One uninterrupted availableNow run, in-process (its spec may cut micro-batches differently:
-    with wide watermarks the output does not depend on it)."""
+    """One uninterrupted availableNow run, in-process (its spec may cut micro-batches differently
+    only with wide watermarks: then the output does not depend on it)."""
     from jobs.steps.stream import start_streaming_join
+    from jobs.storage.progress import JOIN_QUERY, await_logged
+    from jobs.storage.tables import Tables
 
     (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False)
     q.awaitTermination()
+    await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # its drops are on record
     return output_rows(spark, spec, s)
+
+
+def dropped_as_late(spec, s: Settings) -> int:
+    """Input rows the join's watermark dropped, over every micro-batch of its progress log."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    return sum(int(op.get("numRowsDroppedByWatermark") or 0) for p in progress for op in p.get("stateOperators") or [])
 
 
 def output_rows(spark, spec, s: Settings) -> list[tuple]:

@@ -70,6 +70,15 @@ def ensure_recorder(spark: SparkSession, paths: dict[str, str]) -> None:
         spark.streams.addListener(_RECORDERS[key])
 
 
+def remove_recorders(spark: SparkSession) -> None:
+    """Take the session's listeners off its bus (before the session stops): a Python listener
+    left on it is called back after the Python side closed, which Spark logs as
+    ``ERROR StreamingQueryListenerBus ... Py4JException`` at the end of a run that succeeded."""
+    for key in [k for k in _RECORDERS if k[0] == id(spark)]:
+        with contextlib.suppress(Exception):
+            spark.streams.removeListener(_RECORDERS.pop(key))
+
+
 def read_progress(path: str) -> list[dict[str, Any]]:
     """Every micro-batch's progress in a log, oldest first ([] when there is none yet)."""
     p = Path(path)

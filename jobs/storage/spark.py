@@ -122,10 +122,14 @@ def get_spark(
 def _stop(spark: SparkSession) -> None:
     """Close state stores and stop the session before the JVM exits. Left to the JVM's shutdown
     hooks, Spark deletes its local dirs while RocksDB stores are still open, and a run that
-    succeeded ends with RocksDB ERRORs ("Unable to close MANIFEST ... No such file")."""
+    succeeded ends with RocksDB ERRORs ("Unable to close MANIFEST ... No such file"); the
+    progress listeners go first (:func:`jobs.storage.progress.remove_recorders`)."""
+    from jobs.storage.progress import remove_recorders
+
     with contextlib.suppress(Exception):
         for q in spark.streams.active:
             q.stop()
+    remove_recorders(spark)
     with contextlib.suppress(Exception):
         spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # type: ignore[union-attr]
     with contextlib.suppress(Exception):

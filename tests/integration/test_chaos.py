@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import timedelta
 
 import pytest
 
@@ -18,9 +19,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 
-def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, demo_spec, test_settings, test_root):
+#: Watermarks shorter than the workload's lateness (clicks arrive up to hours late).
+SHORT = {"left": timedelta(0), "right": timedelta(minutes=5)}
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["wide-watermarks", "short-watermarks"])
+def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(
+    spark, kafka, demo_spec, test_settings, test_root, short
+):
     from jobs.local.chaos import (
         chaos_run,
+        dropped_as_late,
         isolated_spec,
         output_rows,
         publish_workload,
@@ -31,14 +40,20 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, d
     from jobs.spec import write_spec
     from jobs.storage.tables import Tables
 
-    name = "chaos"
-    ch = isolated_spec(demo_spec, name, max_offsets=20)  # ~15 micro-batches for 200 left / ~290 right events
+    name = "chaos_short" if short else "chaos"
+    watermarks = SHORT if short else None
+    # ~15 micro-batches for 200 left / ~290 right events
+    ch = isolated_spec(demo_spec, name, max_offsets=20, watermarks=watermarks)
     publish_workload(demo_spec, ch, kafka, left_events=200, seed=7)
 
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / name / "reference"))
-    # one batch for the reference: with wide watermarks the output does not depend on batching
-    expected = reference_output(spark, isolated_spec(demo_spec, name, max_offsets=None), kafka, reference)
-    assert len(expected) > 150
+    # wide watermarks: one batch for the reference (the output does not depend on batching); short
+    # ones: the same micro-batches as the supervised run, which drops late rows
+    expected = reference_output(
+        spark, ch if short else isolated_spec(demo_spec, name, max_offsets=None), kafka, reference
+    )
+    assert len(expected) > (100 if short else 150)
+    assert (dropped_as_late(ch, reference) > 0) == short
 
     # the stream process is a separate JVM: a small heap for it
     run = dataclasses.replace(
@@ -63,7 +78,9 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, d
     # the workload itself delivers a few events twice (the reference has those pairs twice too):
     # a restart must not add any duplicate beyond them
     assert len(got) - len(set(got)) == len(expected) - len(set(expected)), "duplicated output rows"
-    assert got == expected, f"{len(set(expected) - set(got))} rows lost, {len(set(got) - set(expected))} extra"
+    assert got == expected, (
+        f"{len(set(expected) - set(got))} rows lost, {len(set(got) - set(expected))} extra"
+    )  # short: the same late rows dropped
     assert res["broker_bounced"]
     assert res["kills"] >= min(KILLS, 3), "the input drained before the chaos was done: make the workload bigger"
     assert res["restarts"] >= res["kills"], res["restart_reasons"]
