@@ -77,7 +77,7 @@ def s3_settings(s3_endpoint, test_root, test_settings):
                     "spark.hadoop.fs.s3a.aws.credentials.provider": (
                         "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
                     ),
-                    # S3A's smallest parts, so that a 12 MB object goes up in a multipart upload
+                    # S3A's smallest parts, so that a 6 MB object goes up in a multipart upload
                     "spark.hadoop.fs.s3a.multipart.size": "5M",
                     "spark.hadoop.fs.s3a.multipart.threshold": "5M",
                 },
@@ -96,9 +96,7 @@ def _spec():
     from jobs.spec import parse_spec
     from tests.unit.tiny_spec import tiny_spec_data
 
-    data = tiny_spec_data(
-        pipeline="s3a_tiny", join={"type": "inner", "cardinality": "1-to-n"}, streaming={"max_offsets_per_trigger": 30}
-    )
+    data = tiny_spec_data(pipeline="s3a_tiny", join={"type": "inner", "cardinality": "1-to-n"})
     for side in ("left", "right"):
         data[side]["topic"] = f"s3a_tiny_{side}"
         data[side]["watermark_delay"] = "1d"  # no record is late: the output cannot depend on batching
@@ -202,8 +200,8 @@ def test_land_batch_stream_and_restart_on_s3a(spark, kafka, s3_settings, test_ro
     fs.rename(copy, moved)
     assert not fs.exists(copy) and validate_checkpoint(moved, spec=spec).ok
 
-    # a 12 MB object: a multipart upload through S3A, read back whole
-    big = "".join(f"{i:09d}\n" for i in range(1_200_000))
+    # a 6 MB object: a multipart upload (two 5 MB parts at most) through S3A, read back whole
+    big = "".join(f"{i:09d}\n" for i in range(600_000))
     fs.write_text(s.path("scratch", "big.txt"), big)
     assert fs.read_text(s.path("scratch", "big.txt")) == big and fs.size(s.path("scratch", "big.txt")) == len(big)
 
