@@ -126,7 +126,7 @@ async def _auth_error(request: Request, exc: HTTPException) -> Response:
 # --------------------------------------------------------------------------------------------
 
 
-def default_reports_root() -> Path | None:
+def default_reports_root() -> Path:
     """Where the report job publishes: ``Settings.local_path("reports")``, on this machine's disk
     whatever the storage root (``<storage_root>/reports`` for a local root)."""
     from jobs.settings import settings
