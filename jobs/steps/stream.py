@@ -279,9 +279,11 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     tables = Tables.of(spec, s)
     kind, days = _increment_kind(spec, bootstrap, tables)
     queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
-    for q in queries:
+    for q, query in zip(queries, (JOIN_QUERY, QUARANTINE_QUERY)):  # the order start_streaming_join returns
         q.awaitTermination()
-        await_logged(tables.progress_log(q.name), q)
+        # the log of the query ("stream_join"), not of its running name ("<pipeline>.stream_join"),
+        # which has none: waiting on that one cost every increment its 15 s timeout twice
+        await_logged(tables.progress_log(query), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     if days:
         record_run(spec, days, kind, s=s)
