@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-time set-up, safe to rerun (a second run is a fast no-op):
 #   1. a project-local virtualenv (.venv) with the pinned Python dependencies;
-#   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector + Delta,
-#      and an Apache Kafka broker), so nothing is downloaded at run time;
+#   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector, Delta, S3A with
+#      the AWS SDK modules it uses, and an Apache Kafka broker), so nothing is downloaded at run time;
 #   3. Debian's chromium (headless) for the Airflow UI page's browser test;
 #   4. a local Airflow home (.airflow) with its SQLite metadata database.
 set -euo pipefail
@@ -41,9 +41,12 @@ if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resol
   say "selecting the connector jars pyspark lacks into .cache/jars/spark"
   rm -rf .cache/jars/spark && mkdir -p .cache/jars/spark
   pyspark_jars=$(.venv/bin/python -c "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
+  # listed once, not `ls | grep -q` per jar: under pipefail, grep -q leaving early could fail ls
+  # with SIGPIPE, and the jar pyspark already has was then copied too
+  shipped=$(ls "$pyspark_jars")
   for jar in .cache/jars/spark-all/*.jar; do
     artifact=$(basename "$jar" .jar | sed -E 's/-[0-9][0-9.]*(-[0-9]+)?$//')
-    ls "$pyspark_jars" | grep -qE "^${artifact}-[0-9]" || cp "$jar" .cache/jars/spark/
+    grep -qE "^${artifact}-[0-9]" <<<"$shipped" || cp "$jar" .cache/jars/spark/
   done
   cp .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved
 fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
 class SettingsError(ValueError):
@@ -25,7 +27,8 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    #: Root for Delta tables, checkpoints, reports and progress logs (a local path or a URI).
+    #: Root for Delta tables, checkpoints, progress logs and run records: a local path or a URI
+    #: (``s3a://bucket/prefix``), reached through ``jobs.storage.fs``.
     storage_root: str = str(PROJECT_ROOT / "var" / "storage")
     #: Spark master URL; ``local[*]`` by default.
     spark_master: str = "local[*]"
@@ -39,16 +42,30 @@ class Settings:
     log_dir: str = str(PROJECT_ROOT / "var" / "logs")
     #: Spark driver memory for local runs.
     spark_driver_memory: str = "4g"
-    #: Extra Spark conf, ``{key: value}`` (config file only).
+    #: Extra Spark conf, ``{key: value}`` (config file only). ``spark.hadoop.*`` keys configure the
+    #: file system of a URI storage root, e.g. S3A's endpoint (README, "Storage on an object store").
     spark_conf: dict[str, str] = field(default_factory=dict)
     #: Kafka client properties (Java names) for every client: a ``client.properties`` file ...
     kafka_properties_file: str = ""
     #: ... overlaid with these (config file only); values may be ``${env:NAME}`` / ``${file:/path}``.
     kafka_properties: dict[str, str] = field(default_factory=dict)
+    #: Files about this machine's processes (pid files, holds, supervision state, health samples)
+    #: and the reports the Airflow UI serves from disk: a local folder. Empty: the storage root
+    #: when that is local, else ``var/local`` in the project.
+    local_root: str = ""
 
     def path(self, *parts: str) -> str:
-        """A location under the storage root."""
+        """A location under the storage root (a local path or a URI: read it through ``jobs.storage.fs``)."""
         return "/".join([self.storage_root.rstrip("/"), *parts])
+
+    def local_path(self, *parts: str) -> Path:
+        """A location on this machine's disk for files that only make sense here (see ``local_root``)."""
+        root = self.local_root
+        if not root:
+            remote = _SCHEME.match(self.storage_root) and not self.storage_root.startswith("file:")
+            root = str(PROJECT_ROOT / "var" / "local") if remote else self.storage_root
+        root = root.removeprefix("file:")
+        return Path("/" + root.lstrip("/") if root.startswith("//") else root, *parts)
 
     def table_path(self, pipeline: str, table: str) -> str:
         return self.path("tables", pipeline, table)

@@ -29,11 +29,12 @@ reports summarise the joinshift DAGs' runs). No token: 401, or for a browser (``
 text/html``) a redirect to the auth manager's login page that comes back here; invalid or
 expired token: 401/403; not allowed: 403.
 
-The reports root is ``jobs.settings.settings().path("reports")`` (``<storage_root>/reports``),
-read on each request. The module imports only FastAPI and Airflow's plugin base class: the
-plugin is imported by every Airflow process and must never break the api-server, so the
-project's modules are imported inside the request handlers, and a missing reports folder, an
-unreadable report or a missing project module renders as a message on the page.
+The reports root is ``jobs.settings.settings().local_path("reports")`` (``<storage_root>/reports``
+for a local storage root; reports stay on local disk for a URI root), read on each request. The
+module imports only FastAPI and Airflow's plugin base class: the plugin is imported by every
+Airflow process and must never break the api-server, so the project's modules are imported
+inside the request handlers, and a missing reports folder, an unreadable report or a missing
+project module renders as a message on the page.
 """
 
 from __future__ import annotations
@@ -125,14 +126,12 @@ async def _auth_error(request: Request, exc: HTTPException) -> Response:
 # --------------------------------------------------------------------------------------------
 
 
-def default_reports_root() -> Path | None:
-    """``<storage_root>/reports`` when the storage root is a local path; else None."""
+def default_reports_root() -> Path:
+    """Where the report job publishes: ``Settings.local_path("reports")``, on this machine's disk
+    whatever the storage root (``<storage_root>/reports`` for a local root)."""
     from jobs.settings import settings
 
-    root = settings().path("reports")
-    if "://" in root and not root.startswith("file://"):
-        return None  # object storage: not served by this page
-    return Path(root.removeprefix("file://"))
+    return settings().local_path("reports")
 
 
 def _reports_root(request: Request) -> Path | None:
@@ -521,10 +520,13 @@ def cutover_gate(pipeline: str) -> dict | None:
     None when the gate never ran; an ``error`` entry when the file cannot be read."""
     try:
         from jobs.settings import settings
+        from jobs.storage import fs
         from jobs.storage.tables import gate_state_path
 
-        path = Path(gate_state_path(settings(), pipeline).removeprefix("file://"))
-        if not path.is_file():
+        # read from disk only: this page starts no JVM, so a gate state on an object store (a URI
+        # storage root) is not shown here; `joinshift gate status` reads it through Spark
+        path = fs.local(gate_state_path(settings(), pipeline))
+        if path is None or not path.is_file():
             return None
         st = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(st, dict):

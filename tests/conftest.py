@@ -28,8 +28,16 @@ os.environ.update(
         "JOINSHIFT_SPARK_DRIVER_MEMORY": "3g",
         "JOINSHIFT_SPARK_LOG_LEVEL": "ERROR",
         "AIRFLOW_HOME": str(TEST_ROOT / "airflow"),
+        # S3A's credentials for the test S3 server (tests/integration/test_storage_s3a.py), read from
+        # the environment as in a deployment: set before Spark's JVM starts, which inherits them.
+        # Dummy values: no real account is ever used, and no instance metadata is asked for.
+        "AWS_ACCESS_KEY_ID": "joinshift-test",
+        "AWS_SECRET_ACCESS_KEY": "joinshift-test",
+        "AWS_EC2_METADATA_DISABLED": "true",
     }
 )
+os.environ.pop("AWS_SESSION_TOKEN", None)
+os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("JOINSHIFT_KAFKA_BOOTSTRAP", None)
 os.environ.pop("JOINSHIFT_CONFIG", None)
 

@@ -24,7 +24,6 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, timedelta
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -40,6 +39,7 @@ from jobs.accuracy.tradeoff import (
     stream_lateness,
 )
 from jobs.spec import JoinSpec, fmt_duration, format_bytes, format_duration
+from jobs.storage import fs
 from jobs.storage.stream_runs import rate_label, read_runs
 
 log = logging.getLogger("joinshift.recommend")
@@ -456,7 +456,7 @@ def _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_ra
     return out
 
 
-def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
+def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> str:
     """Write the recommendation to the ``recommendations`` Delta table and as JSON."""
     from datetime import datetime
 
@@ -465,9 +465,8 @@ def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> Path:
 
     tables = Tables.of(spec, s)
     as_of = max(rec.days)
-    out = Path(tables.settings.path("recommendations", spec.pipeline)) / f"{as_of}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rec.to_dict(), indent=2, default=str))
+    out = tables.settings.path("recommendations", spec.pipeline, f"{as_of}.json")
+    fs.write_text(out, json.dumps(rec.to_dict(), indent=2, default=str))
     c, d = rec.chosen, rec.deployed
     row = spark.createDataFrame(
         [

@@ -17,11 +17,9 @@ Example::
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +27,7 @@ import numpy as np
 from jobs.accuracy.recommend import Candidate, default_cadence
 from jobs.accuracy.tradeoff import evaluate, memory_model, observe, p99, per_ds_rates
 from jobs.spec import JoinSpec, WindowSpec
+from jobs.storage import fs
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
 PROMISE_PP = 0.05
@@ -141,7 +140,7 @@ def clear_trial(trial: JoinSpec, s=None) -> None:
     if not trial.pipeline.endswith(VERIFY_SUFFIX):
         raise ValueError(f"{trial.pipeline} is not a trial pipeline; refusing to clear it")
     for kind in ("tables", "checkpoints", "progress"):
-        shutil.rmtree(Path(st.path(kind, trial.pipeline)), ignore_errors=True)
+        fs.delete(st.path(kind, trial.pipeline))
 
 
 @dataclass

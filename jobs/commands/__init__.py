@@ -30,6 +30,7 @@ from jobs.commands.common import (
     _spark,
 )
 from jobs.commands.operate import cmd_checkpoint, cmd_gate, cmd_health, cmd_replay, cmd_runbook, cmd_supervise
+from jobs.storage import fs
 
 __all__ = [
     "BATCH_CHOICES",
@@ -334,10 +335,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         path = save(spark, spec, rec)
     if args.json:
         if not args.verify:
-            print(path.read_text())
+            print(fs.read_text(path))
             return 0
         res = _run_verify(spark, spec, rec, days, slice_minutes or VERIFY_SLICE_MINUTES, console)
-        print(json.dumps({"recommendation": json.loads(path.read_text()), "verify": res.to_dict()}, default=str))
+        print(json.dumps({"recommendation": json.loads(fs.read_text(path)), "verify": res.to_dict()}, default=str))
         return 0 if res.within() else 1
     console.print(_frontier_table(rec))
     c = rec.chosen

@@ -16,7 +16,6 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
     from jobs.operate.checkpoint import backup_checkpoint, expected_query_id, inspect_checkpoint, render_inspection
     from jobs.operate.checkpoint_validate import validate_checkpoint
-    from jobs.storage.checkpoints import local_path
     from jobs.storage.tables import Tables
 
     spec = _load_spec(args.spec)
@@ -36,7 +35,9 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     except Exception as e:  # no broker: inspect the checkpoint anyway, lag "unknown"
         logging.getLogger("joinshift.checkpoint").warning("Kafka lag unknown: %s", e)
         bootstrap = None
-    spark = _spark("checkpoint-inspect") if local_path(path).is_dir() else None
+    from jobs.storage import fs
+
+    spark = _spark("checkpoint-inspect") if fs.is_dir(path) else None
     info = inspect_checkpoint(spark, path, bootstrap, spec=spec)
     if bootstrap is None:
         info["kafka"]["reason"] = "no Kafka broker running (start it with `joinshift kafka start`)"

@@ -14,7 +14,6 @@ process, so the Spark session is shared and the demo fits a 2-core machine.
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 import sys
 import time
@@ -45,11 +44,12 @@ def _ensure_airflow_db(env: dict) -> None:
 
 def _reset(spec, s, bootstrap: str) -> None:
     """Start clean: the pipeline's topics, tables, checkpoints and progress logs."""
+    from jobs.storage import fs
     from jobs.storage.kafka import delete_topics
 
     delete_topics(bootstrap, [spec.left.topic, spec.right.topic])
     for part in ("tables", "checkpoints", "progress"):
-        shutil.rmtree(Path(s.path(part, spec.pipeline)), ignore_errors=True)
+        fs.delete(s.path(part, spec.pipeline))
 
 
 def _quiet_logs(verbose: bool) -> None:
@@ -213,13 +213,15 @@ def run_demo(
         .collect()
     )
     console.print("quarantined at landing: " + ", ".join(f"{r['reason']} {r['count']}" for r in q))
-    rec_file = Path(s.path("recommendations", spec.pipeline)) / f"{days[-1]}.json"
-    if rec_file.exists():
+    from jobs.storage import fs
+
+    rec_file = s.path("recommendations", spec.pipeline, f"{days[-1]}.json")
+    if fs.exists(rec_file):
         import json
 
         from jobs.spec import fmt_duration
 
-        rec = json.loads(rec_file.read_text())
+        rec = json.loads(fs.read_text(rec_file))
         c = rec["chosen"]
         console.print(
             f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
@@ -229,11 +231,11 @@ def run_demo(
         )
     if not gates_ok:
         console.print("[red]a quality gate failed: see the report[/red]")
-    reports = Path(s.path("reports", spec.pipeline))
+    reports = s.local_path("reports", spec.pipeline)
     console.print(f"\nDone in {time.monotonic() - started:.0f}s.")
     console.print(f"  report:      {reports / str(days[-1]) / 'report.html'} (all days: {reports / 'index.html'})")
-    console.print(f"  tables:      {Path(s.path('tables', spec.pipeline))}")
-    console.print(f"  checkpoints: {Path(s.path('checkpoints', spec.pipeline))}")
+    console.print(f"  tables:      {s.path('tables', spec.pipeline)}")
+    console.print(f"  checkpoints: {s.path('checkpoints', spec.pipeline)}")
     console.print(f"  logs:        {Path(s.log_dir)} (Kafka), {env['AIRFLOW__LOGGING__BASE_LOG_FOLDER']} (Airflow)")
     console.print("  Airflow UI:  `make airflow-ui`, then http://localhost:8080 (admin / see README)")
     return 0

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from jobs.operate.checkpoint_validate import SIDES, _fmt, _offsets_conf, validate_checkpoint
-from jobs.storage.checkpoints import CheckpointError, local_path, read_log_file, source_offsets
+from jobs.storage import fs
+from jobs.storage.checkpoints import CheckpointError, read_log_file, source_offsets
 
 log = logging.getLogger("joinshift.checkpoint")
 
@@ -72,7 +72,7 @@ def _lag(committed: dict[str, dict[int, int]], ends: dict[str, dict[int, int]]) 
     return {"per_partition": per, "total": total}
 
 
-def state_summary(spark, checkpoint: Path) -> dict[str, Any]:
+def state_summary(spark, checkpoint: str) -> dict[str, Any]:
     """Rows and bytes per join side via Spark's state data sources (see STATE_BYTES_NOTE)."""
     from pyspark.sql import functions as F
 
@@ -87,7 +87,7 @@ def state_summary(spark, checkpoint: Path) -> dict[str, Any]:
     join_ops = sorted({m["operatorId"] for m in meta if "join" in str(m.get("operatorName", "")).lower()})
     op_id = join_ops[0] if join_ops else 0
     out["join_operator_id"] = op_id
-    disk = _state_disk_bytes(checkpoint / "state" / str(op_id))
+    disk = _state_disk_bytes(fs.join(loc, "state", str(op_id)))
     for side in SIDES:
         df = spark.read.format("statestore").option("operatorId", op_id).option("joinSide", side).load(loc)
         # to_json(struct(value.*)), not to_json(value): in Spark 4.2 the joinSide value rows still carry
@@ -108,17 +108,15 @@ def state_summary(spark, checkpoint: Path) -> dict[str, Any]:
     return out
 
 
-def _state_disk_bytes(op_dir: Path) -> dict[str, int]:
+def _state_disk_bytes(op_dir: str) -> dict[str, int]:
     sizes = {side: 0 for side in SIDES}
-    if not op_dir.is_dir():
-        return sizes
-    for part in op_dir.iterdir():
-        if not (part.is_dir() and part.name.isdigit()):
+    for part, part_is_dir in fs.listdir(op_dir):
+        if not (part_is_dir and part.isdigit()):
             continue
-        for store in part.iterdir():
-            side = store.name.split("-", 1)[0]
-            if side in sizes and store.is_dir():
-                sizes[side] += sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+        for store, store_is_dir in fs.listdir(fs.join(op_dir, part)):
+            side = store.split("-", 1)[0]
+            if side in sizes and store_is_dir:
+                sizes[side] += fs.size(fs.join(op_dir, part, store))
     return sizes
 
 
@@ -132,10 +130,10 @@ def inspect_checkpoint(
     is in flight), shuffle_partitions, kafka {status, end_offsets, lag}, state {left, right, operators,
     measured} (needs ``spark``; skipped if None), health (validate_checkpoint).
     """
-    cp = local_path(checkpoint_path)
+    cp = str(checkpoint_path)
     health = validate_checkpoint(cp, spec=spec)
     out: dict[str, Any] = {
-        "path": str(cp),
+        "path": cp,
         "exists": health.exists,
         "query_id": health.query_id,
         "last_committed_batch": health.last_committed_batch,
@@ -144,7 +142,7 @@ def inspect_checkpoint(
     committed: dict[str, dict[int, int]] = {}
     if health.last_committed_batch is not None:
         try:
-            entries = read_log_file(cp / "offsets" / str(health.last_committed_batch), "offsets")[1]
+            entries = read_log_file(fs.join(cp, "offsets", str(health.last_committed_batch)), "offsets")[1]
             committed = source_offsets(entries)
             out["batch_watermark_ms"] = entries[0].get("batchWatermarkMs")
             out["batch_timestamp_ms"] = entries[0].get("batchTimestampMs")
@@ -154,7 +152,8 @@ def inspect_checkpoint(
     out["committed_offsets"] = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in committed.items()}
     if health.last_planned_batch is not None and health.last_planned_batch != health.last_committed_batch:
         try:
-            planned = source_offsets(read_log_file(cp / "offsets" / str(health.last_planned_batch), "offsets")[1])
+            planned_file = fs.join(cp, "offsets", str(health.last_planned_batch))
+            planned = source_offsets(read_log_file(planned_file, "offsets")[1])
             out["planned_offsets"] = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in planned.items()}
         except CheckpointError as e:
             out["planned_offsets_error"] = str(e)
@@ -237,29 +236,30 @@ def render_inspection(info: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------- backup
 
 
-def backup_checkpoint(path: str | Path) -> Path:
-    """Copy the checkpoint to ``<path>.bak-<UTC timestamp>`` and return the copy's path.
+def backup_checkpoint(path: str | Path) -> str | Path:
+    """Copy the checkpoint to ``<path>.bak-<UTC timestamp>`` and return the copy's path (a
+    ``Path`` for a local checkpoint, else the URI).
 
     The original is left untouched; an existing backup is never overwritten.
     """
-    cp = local_path(path)
-    if not cp.is_dir():
+    cp = str(path).rstrip("/")
+    if not fs.is_dir(cp):
         raise CheckpointError(f"{cp}: no checkpoint to back up")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    target = cp.with_name(f"{cp.name}.bak-{stamp}")
+    target = f"{cp}.bak-{stamp}"
     n = 1
-    while target.exists():
-        target = cp.with_name(f"{cp.name}.bak-{stamp}-{n}")
+    while fs.exists(target):
+        target = f"{cp}.bak-{stamp}-{n}"
         n += 1
-    shutil.copytree(cp, target, symlinks=True, copy_function=shutil.copy2)
+    fs.copy(cp, target)
     log.info("backed up %s to %s", cp, target)
-    return target
+    return fs.local(target) or target
 
 
 def expected_query_id(progress_log: str) -> str | None:
     """The query id that last reported progress for this pipeline (if any)."""
     try:
-        lines = Path(progress_log).read_text().splitlines()
+        lines = fs.read_text(progress_log).splitlines()
     except OSError:
         return None
     for line in reversed(lines):

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.storage import fs
 from jobs.storage.checkpoints import (
     CheckpointError,
     batch_ids,
-    local_path,
     read_log_file,
     read_query_id,
     source_offsets,
@@ -101,8 +101,8 @@ def validate_checkpoint(
     sources reading exactly the spec's two topics, and the state partitioning. With
     ``expected_query_id`` (e.g. the id in the pipeline's progress log) a replaced checkpoint is caught.
     """
-    cp = local_path(path)
-    h = CheckpointHealth(path=str(cp), exists=cp.is_dir())
+    cp = str(path)
+    h = CheckpointHealth(path=cp, exists=fs.is_dir(cp))
     hint = _replay_hint(spec_arg)
     if not h.exists:
         h.add(
@@ -118,7 +118,7 @@ def validate_checkpoint(
     try:
         h.query_id = read_query_id(cp)
     except CheckpointError as e:
-        missing = not (cp / "metadata").exists()
+        missing = not fs.exists(fs.join(cp, "metadata"))
         h.add(
             "missing_metadata" if missing else "corrupt_metadata",
             "error",
@@ -136,9 +136,9 @@ def validate_checkpoint(
         )
 
     # the logs
-    offsets_dir, commits_dir = cp / "offsets", cp / "commits"
+    offsets_dir, commits_dir = fs.join(cp, "offsets"), fs.join(cp, "commits")
     offset_ids, commit_ids = batch_ids(offsets_dir), batch_ids(commits_dir)
-    if not offsets_dir.is_dir() and (commits_dir.is_dir() or (cp / "state").is_dir()):
+    if not fs.is_dir(offsets_dir) and (fs.is_dir(commits_dir) or fs.is_dir(fs.join(cp, "state"))):
         h.add(
             "missing_offsets_dir",
             "error",
@@ -147,7 +147,7 @@ def validate_checkpoint(
     parsed_offsets: dict[int, list[Any]] = {}
     for b in offset_ids:
         try:
-            parsed_offsets[b] = read_log_file(offsets_dir / str(b), "offsets")[1]
+            parsed_offsets[b] = read_log_file(fs.join(offsets_dir, str(b)), "offsets")[1]
         except CheckpointError as e:
             latest = b == offset_ids[-1]
             h.add(
@@ -163,7 +163,7 @@ def validate_checkpoint(
             )
     for b in commit_ids:
         try:
-            read_log_file(commits_dir / str(b), "commits")
+            read_log_file(fs.join(commits_dir, str(b)), "commits")
         except CheckpointError as e:
             h.add("corrupt_commit", "error", f"{e}. Spark fails to restart on it. {hint}")
     h.last_planned_batch = offset_ids[-1] if offset_ids else None
@@ -217,11 +217,16 @@ def _ids(ids: list[int]) -> str:
     return ", ".join(map(str, ids[:10])) + (" …" if len(ids) > 10 else "")
 
 
-def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str) -> None:
+def _folders(uri: str) -> list[str]:
+    """Names of the numbered sub-folders (operators, partitions), in number order."""
+    return sorted((n for n, folder in fs.listdir(uri) if folder and n.isdigit()), key=int)
+
+
+def _check_state(cp: str, h: CheckpointHealth, conf: dict[str, str], hint: str) -> None:
     assert h.last_committed_batch is not None  # called only once a batch is committed
-    state = cp / "state"
+    state = fs.join(cp, "state")
     needed = h.last_committed_batch + 1  # state version written by the last committed batch
-    if not state.is_dir():
+    if not fs.is_dir(state):
         h.add(
             "missing_state",
             "error",
@@ -229,7 +234,7 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
             f"buffered rows (the window) are gone and Spark cannot load state version {needed}. {hint}",
         )
         return
-    operators = sorted(p for p in state.iterdir() if p.is_dir() and p.name.isdigit())
+    operators = [fs.join(state, n) for n in _folders(state)]
     if not operators:
         h.add("missing_state", "error", f"{state} has no operator folder (expected state/0 for the join). {hint}")
         return
@@ -238,9 +243,9 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
     except ValueError:
         n_expected = 0
     for op in operators:
-        parts = sorted((p for p in op.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+        parts = [fs.join(op, n) for n in _folders(op)]
         if n_expected and len(parts) < n_expected:
-            have = {int(p.name) for p in parts}
+            have = {int(fs.name(p)) for p in parts}
             missing = [i for i in range(n_expected) if i not in have]
             h.add(
                 "missing_state",
@@ -249,16 +254,17 @@ def _check_state(cp: Path, h: CheckpointHealth, conf: dict[str, str], hint: str)
                 f"{n_expected} state partitions). {hint}",
             )
         for part in parts:
-            if any(_STATE_FILE.match(f.name) for f in part.iterdir()):
+            entries = fs.listdir(part)
+            if any(_STATE_FILE.match(n) for n, _ in entries):
                 stores = [part]  # an operator's single "default" store (e.g. the de-duplication) lives here
             else:  # the join's four named stores; SSTs/ is RocksDB's shared file folder, not a store
                 stores = [
-                    s for s in part.iterdir() if s.is_dir() and not s.name.startswith((".", "_")) and s.name != "SSTs"
+                    fs.join(part, n) for n, folder in entries if folder and not n.startswith((".", "_")) and n != "SSTs"
                 ]
             if not stores:
                 h.add("missing_state", "error", f"{part}: no state store folders. {hint}")
             for store in stores:
-                versions = [int(m.group(1)) for f in store.iterdir() if (m := _STATE_FILE.match(f.name))]
+                versions = [int(m.group(1)) for n, _ in fs.listdir(store) if (m := _STATE_FILE.match(n))]
                 if not versions:
                     h.add("missing_state", "error", f"{store}: no state files (changelog/snapshot). {hint}")
                 elif max(versions) < needed:

@@ -6,9 +6,9 @@ work (evaluate a day, status, promote, roll back).
 * ``gate_decisions`` (Delta, append only): every promotion and rollback: when, who, from, to, why,
   forced or not, the days met it relied on (``through_ds``), whether the batch DAG was paused.
   The current stage is the last decision's ``to_stage`` (``shadow`` before the first).
-* ``<storage_root>/gate/<pipeline>/state.json``: the stage, the tables each view reads and the
-  latest days, rewritten from the two tables after every gate command, for readers without Spark
-  (the Airflow UI page, a consumer resolving the public view).
+* ``<storage_root>/gate/<pipeline>/state.json`` (written through ``jobs.storage.fs``): the stage,
+  the tables each view reads and the latest days, rewritten from the two tables after every gate
+  command, for readers without Spark (the Airflow UI page, a consumer resolving the public view).
 
 Views. There is no shared metastore here (a Derby-backed Hive metastore admits one process at a
 time; the stream, Airflow tasks and the CLI are separate processes), so a view is the pointer in
@@ -24,7 +24,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -34,7 +33,7 @@ from jobs.operate.gate import Check, GateRefused, Slo, Verdict
 from jobs.operate.gate_measure import measure_day
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.storage import delta_io
+from jobs.storage import delta_io, fs
 from jobs.storage.tables import Tables
 
 EVIDENCE_SCHEMA = (
@@ -138,12 +137,9 @@ def status(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> Ga
     return GateStatus(spec.pipeline, stage, verdict, days, decisions, serve)
 
 
-def write_state(st: GateStatus, spec: JoinSpec, s: Settings | None = None) -> Path:
-    p = Path(Tables.of(spec, s).gate_state())
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(st.as_dict(), indent=2, default=str))
-    tmp.replace(p)  # readers never see half a file
+def write_state(st: GateStatus, spec: JoinSpec, s: Settings | None = None) -> str:
+    p = Tables.of(spec, s).gate_state()
+    fs.write_text(p, json.dumps(st.as_dict(), indent=2, default=str))  # readers never see half a file
     return p
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from jobs.operate.process import StreamProcess
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
-from jobs.storage import kafka
+from jobs.storage import fs, kafka
 from jobs.storage.hold import supervisor_dir
 from jobs.storage.progress import JOIN_QUERY, end_offsets_read, last_progress
 from jobs.storage.stream_runs import topics_read
@@ -296,10 +296,13 @@ def load_progress_table(spark, spec: JoinSpec, s: Settings | None = None) -> int
     fixed cost); the supervise DAG loads it. Returns the number of batches loaded."""
     from jobs.storage import delta_io  # Spark-free at import: the supervisor runs without a JVM
 
-    p = Path(Tables.of(spec, s).progress_log(JOIN_QUERY))
+    try:
+        lines = fs.read_text(Tables.of(spec, s).progress_log(JOIN_QUERY)).splitlines()
+    except FileNotFoundError:
+        lines = []
     rows = []
-    if p.exists():
-        for line in p.read_text().splitlines():
+    if lines:
+        for line in lines:
             with contextlib.suppress(ValueError):
                 rows.append(progress_row(spec, json.loads(line)))
     if not rows:

@@ -2,7 +2,8 @@
 
 The process is ``joinshift stream --spec SPEC`` (``python -m jobs.cli stream``) in its own session,
 so killing its process group takes its Spark JVM along; a pid file under
-``<storage_root>/supervisor/<pipeline>/stream.pid`` lets the next supervisor (the next Airflow
+``Settings.local_path("supervisor", <pipeline>, "stream.pid")`` (under the storage root when that
+is local; always on this machine's disk) lets the next supervisor (the next Airflow
 run) find the process the previous one started.
 """
 

@@ -24,16 +24,14 @@ run owns the output:
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from jobs.operate.process import stop_stream_process
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.steps.stream import start_streaming_join
-from jobs.storage import kafka
+from jobs.storage import fs, kafka
 from jobs.storage.hold import hold, stream_owner
 from jobs.storage.kafka import RetentionGap
 from jobs.storage.progress import JOIN_QUERY, await_logged
@@ -71,11 +69,10 @@ def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings |
 
 def backup_and_clear(checkpoint: str) -> str | None:
     """Move the old checkpoint aside (kept, never deleted); the replay starts a fresh one."""
-    p = Path(checkpoint)
-    if not p.exists():
+    if not fs.exists(checkpoint):
         return None
-    dest = p.with_name(f"{p.name}.bak-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
-    shutil.move(str(p), str(dest))
+    dest = f"{checkpoint.rstrip('/')}.bak-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    fs.rename(checkpoint, dest)
     log.info("kept the old checkpoint as %s", dest)
     return str(dest)
 

@@ -4,7 +4,8 @@ Reads what the other jobs wrote (match metrics, join outputs, landed tables, the
 progress log, quality-gate results), computes what only the report needs (boundary-delta
 histograms, PT series, miss attribution, the recommendation), and builds the typed
 :class:`jobs.report.model.ReportData` for the pure renderer :mod:`jobs.report.render`. Reports
-land in ``<storage_root>/reports/<pipeline>/<ds>/``; ``joinshift report`` (jobs/cli.py) and the
+land in ``Settings.local_path("reports")/<pipeline>/<ds>/`` (``<storage_root>/reports`` for a local root);
+``joinshift report`` (jobs/cli.py) and the
 ``joinshift_report`` DAG call :func:`publish`.
 """
 
@@ -15,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, date, datetime
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
@@ -331,6 +331,8 @@ def publish(
     data, rec = build_report(spark, spec, ds, s, learn_days)
     if rec is not None:
         save(spark, spec, rec, s)
-    files = publish_report(data, Path(tables.settings.path("reports")))
+    # reports are files for people, served by the Airflow UI from this machine's disk: local whatever
+    # the storage root (the same <storage_root>/reports as before for a local root)
+    files = publish_report(data, tables.settings.local_path("reports"))
     log.info("accuracy report for %s ds=%s: %s", spec.pipeline, ds, files.html)
     return files

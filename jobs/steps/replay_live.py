@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pandas as pd
@@ -45,8 +43,7 @@ from pyspark.sql import SparkSession
 
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.storage import delta_io, kafka
-from jobs.storage.checkpoints import local_path
+from jobs.storage import delta_io, fs, kafka
 from jobs.storage.hold import current_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, await_logged, read_progress
 from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
@@ -112,9 +109,9 @@ def _fresh_start(spark: SparkSession, spec: JoinSpec, bootstrap: str, s: Setting
     quarantine rows and the replay topics."""
     tables = Tables.of(spec, s)
     for query in (JOIN_QUERY, QUARANTINE_QUERY):
-        shutil.rmtree(local_path(tables.checkpoint(query)), ignore_errors=True)
-        Path(tables.progress_log(query)).unlink(missing_ok=True)
-    shutil.rmtree(local_path(tables.output("stream")), ignore_errors=True)
+        fs.delete(tables.checkpoint(query))
+        fs.delete(tables.progress_log(query))
+    fs.delete(tables.output("stream"))
     delta_io.delete_where(spark, tables.quarantine, "stage = 'stream'")
     topics = list(replay_topics(spec).values())
     kafka.delete_topics(bootstrap, topics)
@@ -273,9 +270,7 @@ def _annotate_progress(path: str, arrivals: dict[int, dict[str, int]]) -> None:
     for p in progress:
         if p.get("batchId") in arrivals:
             p[ARRIVALS_KEY] = arrivals[p["batchId"]]
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(p) + "\n" for p in progress))
-    tmp.replace(path)
+    fs.write_text(path, "".join(json.dumps(p) + "\n" for p in progress))
 
 
 def replay_as_live(

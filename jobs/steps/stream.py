@@ -38,8 +38,8 @@ from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings
 from jobs.spec import Cardinality, JoinSpec
 from jobs.spec.plan import plan
-from jobs.storage import delta_io, kafka
-from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id, local_path
+from jobs.storage import delta_io, fs, kafka
+from jobs.storage.checkpoints import SPEC_RECORD, batch_ids, checkpoint_query_id
 from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
@@ -126,13 +126,9 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     join type, schema: the fields ``jobs.plan`` marks fresh-checkpoint-and-replay), instead of
     letting Spark silently mix the old state with the new join; else record ``spec`` as the one
     the checkpoint continues with."""
-    try:
-        cp = local_path(checkpoint)
-    except CheckpointError:
-        return  # remote storage: the guard needs a local folder
-    record = cp / SPEC_RECORD
-    if record.exists() and batch_ids(cp / "commits"):  # a checkpoint with no committed batch holds no state
-        built = JoinSpec.model_validate_json(record.read_text())
+    cp, record = checkpoint, fs.join(checkpoint, SPEC_RECORD)
+    if fs.exists(record) and batch_ids(fs.join(cp, "commits")):  # a checkpoint with no committed batch holds no state
+        built = JoinSpec.model_validate_json(fs.read_text(record))
         blocking = plan(built, spec).blocking
         if blocking:
             fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)
@@ -141,10 +137,7 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
                 f"was built with, or rebuild the window for this one: joinshift replay --spec <this spec> "
                 f"--cutover <instant> (runbook change_the_window)"
             )
-    cp.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(spec.model_dump_json(by_alias=True))
-    tmp.replace(record)
+    fs.write_text(record, spec.model_dump_json(by_alias=True))
 
 
 def start_streaming_join(
@@ -287,9 +280,11 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     kind, days = _increment_kind(spec, bootstrap, tables)
     with stream_owner(spec, s, role="increment"):  # never beside the continuous process
         queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True)
-        for q in queries:
+        for q, query in zip(queries, (JOIN_QUERY, QUARANTINE_QUERY)):  # the order start_streaming_join returns
             q.awaitTermination()
-            await_logged(tables.progress_log(q.name), q)
+            # the log of the query ("stream_join"), not of its running name ("<pipeline>.stream_join"),
+            # which has none: waiting on that one cost every increment its 15 s timeout twice
+            await_logged(tables.progress_log(query), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     if days:
         record_run(spec, days, kind, s=s)

@@ -1,6 +1,6 @@
 """Checkpoint files of a Structured Streaming query: reading its logs, its query id, and the spec
 record joinshift keeps inside it. Read-only helpers shared by the stream (its spec guard), the
-checkpoint tools and replay.
+checkpoint tools and replay; a checkpoint is a local folder or a URI (``jobs.storage.fs``).
 
 A checkpoint is a folder::
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
+
+from jobs.storage import fs
 
 BATCH_FILE = re.compile(r"^\d+$")
 #: The spec a checkpoint was built with, kept inside it (so a backup carries it along).
@@ -25,40 +26,23 @@ SPEC_RECORD = "joinshift_spec.json"
 
 
 class CheckpointError(RuntimeError):
-    """The checkpoint cannot be read (missing, corrupt, or not a local path)."""
+    """The checkpoint cannot be read (missing or corrupt)."""
 
 
-def local_path(path: str | Path) -> Path:
-    """A checkpoint location as a local path (``file:`` URIs accepted)."""
-    s = str(path)
-    if s.startswith("file://"):
-        s = s[len("file://") :]
-    elif s.startswith("file:"):
-        s = s[len("file:") :]
-    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", s):
-        raise CheckpointError(
-            f"{s}: only local checkpoints can be inspected by this tool "
-            "(copy it locally, or point storage_root at a local path)"
-        )
-    return Path(s)
-
-
-def batch_ids(log_dir: Path) -> list[int]:
+def batch_ids(log_dir: str) -> list[int]:
     """Batch ids with a file in ``offsets/`` or ``commits/`` (hidden .crc and temp files skipped)."""
-    if not log_dir.is_dir():
-        return []
-    return sorted(int(p.name) for p in log_dir.iterdir() if BATCH_FILE.match(p.name) and p.is_file())
+    return sorted(int(n) for n, folder in fs.listdir(log_dir) if BATCH_FILE.match(n) and not folder)
 
 
-def read_log_file(path: Path, kind: str) -> tuple[str, list[Any]]:
+def read_log_file(path: str, kind: str) -> tuple[str, list[Any]]:
     """``(version, entries)`` of an offsets or commits file; raises CheckpointError saying what is wrong.
 
     offsets: entries = [metadata dict, source offset (dict, or None for "-"), ...]
     commits: entries = [commit metadata dict]
     """
     try:
-        raw = path.read_bytes()
-    except OSError as e:
+        raw = fs.read_bytes(path)
+    except Exception as e:
         raise CheckpointError(f"{path}: unreadable ({e})") from None
     if not raw.strip():
         raise CheckpointError(f"{path}: empty {kind} file (truncated write?)")
@@ -93,12 +77,12 @@ def read_log_file(path: Path, kind: str) -> tuple[str, list[Any]]:
     return version, entries
 
 
-def read_query_id(checkpoint: Path) -> str:
-    meta = checkpoint / "metadata"
-    if not meta.is_file():
-        raise CheckpointError(f"{meta}: missing (the query id lives here)")
+def read_query_id(checkpoint: str) -> str:
+    meta = fs.join(checkpoint, "metadata")
     try:
-        data = json.loads(meta.read_text().strip().split("\n")[0])
+        data = json.loads(fs.read_text(meta).strip().split("\n")[0])
+    except FileNotFoundError:
+        raise CheckpointError(f"{meta}: missing (the query id lives here)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, IndexError) as e:
         raise CheckpointError(f"{meta}: unreadable ({e})") from None
     if not isinstance(data, dict) or not data.get("id"):
@@ -121,4 +105,4 @@ def source_offsets(entries: list[Any]) -> dict[str, dict[int, int]]:
 def checkpoint_query_id(checkpoint: str) -> str:
     """The streaming query's id, which Spark writes to ``<checkpoint>/metadata`` when it starts
     and keeps across restarts; a fresh checkpoint gets a new one."""
-    return read_query_id(local_path(checkpoint))
+    return read_query_id(checkpoint)

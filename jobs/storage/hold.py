@@ -30,8 +30,11 @@ log = logging.getLogger("joinshift.hold")
 
 
 def supervisor_dir(spec: JoinSpec, s: Settings | None = None) -> Path:
-    """Where a pipeline's supervision files live (pid file, hold, supervision state)."""
-    return Path((s or settings()).path("supervisor", spec.pipeline))
+    """Where a pipeline's supervision files live (pid file, hold, supervision state, health and
+    restart logs). They stay on local disk whatever the storage root (``Settings.local_path``):
+    they are about processes of this machine, whose pids only mean something here, and the
+    supervisor reads them without a JVM."""
+    return (s or settings()).local_path("supervisor", spec.pipeline)
 
 
 def hold_file(spec: JoinSpec, s: Settings | None = None) -> Path:

@@ -1,7 +1,9 @@
 """The progress log: every micro-batch's progress as a JSON line, written as it happens.
 
 Restart tooling, attribution, recommendation and reports read it (rates, state rows and memory,
-watermark, rows dropped by the watermark, source offsets per batch).
+watermark, rows dropped by the watermark, source offsets per batch). It lives under the storage
+root, so it is read and written through ``jobs.storage.fs`` (on an object store each line rewrites
+the object: fine for a trial's or a day's batches, see README "Storage on an object store").
 """
 
 from __future__ import annotations
@@ -9,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
+
+from jobs.storage import fs
 
 log = logging.getLogger("joinshift.progress")
 
@@ -38,8 +40,6 @@ class ProgressRecorder(StreamingQueryListener):
     def __init__(self, paths: dict[str, str]):
         self._paths = paths  # query name (:func:`query_name`) -> jsonl path
         self._lock = threading.Lock()
-        for p in paths.values():
-            Path(p).parent.mkdir(parents=True, exist_ok=True)
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's callback names)
         pass
@@ -48,8 +48,8 @@ class ProgressRecorder(StreamingQueryListener):
         p = event.progress
         path = self._paths.get(p.name or "")
         if path:
-            with self._lock, open(path, "a") as f:
-                f.write(p.json.replace("\n", " ") + "\n")
+            with self._lock:
+                fs.append_text(path, p.json.replace("\n", " ") + "\n")
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass
@@ -81,22 +81,19 @@ def remove_recorders(spark: SparkSession) -> None:
 
 def read_progress(path: str) -> list[dict[str, Any]]:
     """Every micro-batch's progress in a log, oldest first ([] when there is none yet)."""
-    p = Path(path)
-    if not p.exists():
+    try:
+        text = fs.read_text(path)
+    except FileNotFoundError:
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def last_progress(path: str) -> dict[str, Any] | None:
     """The last complete line of a progress log (cheap: reads the file's tail)."""
-    p = Path(path)
-    if not p.exists():
+    try:
+        lines = fs.read_bytes(path, tail=256_000).splitlines()
+    except FileNotFoundError:
         return None
-    with open(p, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - 256_000))
-        lines = f.read().splitlines()
     for line in reversed(lines):
         with contextlib.suppress(ValueError):
             return json.loads(line)
@@ -106,14 +103,10 @@ def last_progress(path: str) -> dict[str, Any] | None:
 def recent_progress(path: str, n: int, tail_bytes: int = 4_000_000) -> list[dict[str, Any]]:
     """The last ``n`` complete lines of a progress log, oldest first (reads at most the file's
     last ``tail_bytes``: a page or a health check must not read a week of batches)."""
-    p = Path(path)
-    if not p.exists():
+    try:
+        lines = fs.read_bytes(path, tail=tail_bytes).splitlines()
+    except FileNotFoundError:
         return []
-    with open(p, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - tail_bytes))
-        lines = f.read().splitlines()
     out: list[dict[str, Any]] = []
     for line in reversed(lines):
         if len(out) >= n:

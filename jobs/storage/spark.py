@@ -44,13 +44,15 @@ BASE_CONF: dict[str, str] = {
 
 
 def spark_jars(s: Settings) -> list[str]:
-    """The connector jars set-up resolved (Kafka source/sink, Delta)."""
+    """The connector jars set-up resolved (Kafka source/sink, Delta, S3A and its AWS SDK modules)."""
     jars = sorted(glob.glob(os.path.join(s.jar_cache, "spark", "*.jar")))
     if not any("spark-sql-kafka" in j for j in jars) or not any("delta-spark" in j for j in jars):
         raise RuntimeError(
             f"Spark connector jars are missing from {s.jar_cache}/spark; run `make setup` "
             "(it resolves them once from Maven Central) or set JOINSHIFT_JAR_CACHE"
         )
+    if s.storage_root.startswith("s3a:") and not any("hadoop-aws" in j for j in jars):
+        raise RuntimeError(f"storage_root {s.storage_root} needs hadoop-aws in {s.jar_cache}/spark; run `make setup`")
     return jars
 
 
@@ -98,6 +100,8 @@ def get_spark(
     """
     active = SparkSession.getActiveSession()
     if active is not None:
+        if s is not None:
+            _apply_hadoop_conf(active, s)
         return active
     s = s or settings()
     Path(s.log_dir).mkdir(parents=True, exist_ok=True)
@@ -117,6 +121,17 @@ def get_spark(
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
     log.info("Spark %s session on %s", spark.version, s.spark_master)
     return spark
+
+
+def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
+    """Give a running session the ``spark.hadoop.*`` keys of ``s`` (Spark reads them only when it
+    starts): a storage root on a file system the session was not started for (a test's S3 server)
+    is then reached with its own settings. A file system already opened keeps the settings it was
+    opened with (Hadoop caches one per scheme and bucket)."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for k, v in s.spark_conf.items():
+        if k.startswith("spark.hadoop."):
+            conf.set(k.removeprefix("spark.hadoop."), v)
 
 
 def _stop(spark: SparkSession) -> None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
+from jobs.storage import fs
 
 REPLAY_AS_LIVE, LIVE, BACKLOG = "replay-as-live", "live", "backlog"
 #: More than this many trigger intervals of arrivals waiting when an increment starts: a backlog run.
@@ -55,14 +55,14 @@ def topics_read(spec: JoinSpec, progress: dict[str, Any] | None) -> dict[str, st
     }
 
 
-def runs_file(spec: JoinSpec, s: Settings | None = None) -> Path:
-    return Path((s or settings()).path("stream_runs", f"{spec.pipeline}.json"))
+def runs_file(spec: JoinSpec, s: Settings | None = None) -> str:
+    return (s or settings()).path("stream_runs", f"{spec.pipeline}.json")
 
 
 def read_runs(spec: JoinSpec, s: Settings | None = None) -> dict[str, dict[str, Any]]:
     """``{ds (ISO): run record}`` for every ds whose stream output has a recorded provenance."""
     try:
-        return dict(json.loads(runs_file(spec, s).read_text()))
+        return dict(json.loads(fs.read_text(runs_file(spec, s))))
     except (OSError, ValueError):
         return {}
 
@@ -99,11 +99,7 @@ def record_run(
         if kind == REPLAY_AS_LIVE:
             rec |= {"slices": slices, "slice_minutes": slice_minutes}
         runs[str(d)] = rec
-    path = runs_file(spec, s)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    fs.write_text(runs_file(spec, s), json.dumps(runs, indent=1, sort_keys=True) + "\n")
 
 
 def rate_label(run: dict[str, Any] | None) -> str:
