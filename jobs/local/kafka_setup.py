@@ -202,6 +202,22 @@ def slf4j2_override(jar_dir: Path, jar_cache: Path) -> Path | None:
     return None
 
 
+def replicated_settings(replicas: int, min_isr: int) -> dict[str, str]:
+    """What a cluster of ``replicas`` nodes changes in :data:`BROKER_SETTINGS`: every partition,
+    internal topics included, on ``replicas`` nodes, and an ``acks=all`` write acknowledged once
+    ``min_isr`` of them hold it, so ``replicas - min_isr`` nodes may die without a record lost or
+    refused."""
+    return {
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_isr),
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_isr),
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+    }
+
+
 def kraft_properties(
     node_id: int, port: int, controller_port: int, voters: str, data_dir: Path, settings: dict[str, str]
 ) -> dict[str, str]:
