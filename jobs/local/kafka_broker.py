@@ -39,21 +39,23 @@ from jobs.local.kafka_setup import (
     JVM_OPTS,
     LOG4J2,
     NODE_ID,
+    BrokerError,
+    BrokerJvm,
+    broker_answers,
+    cluster_id_on_disk,
     free_ports,
-    port_accepts,
+    kraft_properties,
     port_is_free,
     random_cluster_id,
-    slf4j2_override,
-    tail,
+    wait_exit,
+    write_properties,
 )
 from jobs.settings import Settings, settings
 from jobs.storage.processes import cmdline, pid_alive
 
+__all__ = ["BROKER_SETTINGS", "JVM_OPTS", "LOG4J2", "BrokerError", "EmbeddedKafka"]
+
 log = logging.getLogger("joinshift.kafka")
-
-
-class BrokerError(RuntimeError):
-    """The embedded broker could not be started, reached or stopped."""
 
 
 class EmbeddedKafka:
@@ -79,6 +81,9 @@ class EmbeddedKafka:
         #: JVM stdout/stderr: what happens before log4j is up (bad flags, crashes).
         self.out_file = self.log_dir / "kafka.out"
         self.jar_dir = Path(self.settings.jar_cache) / "kafka"
+        self.jvm = BrokerJvm(
+            self.jar_dir, Path(self.settings.jar_cache), self.home, self.log4j_file, self.log_file, self.out_file
+        )
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- state on disk ---------------------------------------------------------------
@@ -142,7 +147,7 @@ class EmbeddedKafka:
             pid = self._pid()
             if pid is not None:
                 bootstrap = str(state["bootstrap"])
-                if self._healthy(bootstrap):
+                if broker_answers(bootstrap):
                     log.info("Kafka broker already running (pid %s) at %s", pid, bootstrap)
                     return bootstrap
                 log.info("Kafka broker pid %s is up but not answering yet; waiting", pid)
@@ -161,11 +166,11 @@ class EmbeddedKafka:
             log.info("Stopping Kafka broker (pid %s)", pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            if not self._wait_exit(pid, timeout):
+            if not wait_exit(pid, timeout, self._proc):
                 log.warning("Kafka broker pid %s ignored SIGTERM for %ss; killing it", pid, timeout)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                self._wait_exit(pid, 10)
+                wait_exit(pid, 10, self._proc)
             state = self._read_state()
             state["pid"] = None
             state["stopped_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -198,28 +203,6 @@ class EmbeddedKafka:
 
     # -- internals -------------------------------------------------------------------
 
-    def _check_jars(self) -> None:
-        if not any(self.jar_dir.glob("kafka_2.13-*.jar")):
-            raise BrokerError(
-                f"no Kafka broker jars in {self.jar_dir}; run the set-up step "
-                "(mvn dependency:copy-dependencies -f build/kafka/pom.xml "
-                f"-DoutputDirectory={self.jar_dir})"
-            )
-
-    def _java(self) -> str:
-        java_home = os.environ.get("JAVA_HOME")
-        if java_home and (Path(java_home) / "bin" / "java").exists():
-            return str(Path(java_home) / "bin" / "java")
-        return "java"
-
-    def _classpath(self) -> str:
-        wildcard = str(self.jar_dir / "*")
-        slf4j2 = slf4j2_override(self.jar_dir, Path(self.settings.jar_cache))
-        return f"{slf4j2}:{wildcard}" if slf4j2 else wildcard
-
-    def _jvm_log_opts(self) -> list[str]:
-        return [f"-Dlog4j2.configurationFile={self.log4j_file}", f"-Dkafka.logs.dir={self.log_dir}"]
-
     def _ports(self, state: dict[str, Any]) -> tuple[int, int]:
         """The ports of the first start, or fresh ones; taken ports are an error, never
         silently replaced, because checkpoints and offsets name the bootstrap."""
@@ -240,21 +223,7 @@ class EmbeddedKafka:
         return int(port), int(cport)
 
     def _write_config(self, port: int, cport: int) -> None:
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": str(NODE_ID),
-            # Static quorum: one voter that is this node. Survives restarts with no
-            # quorum bootstrapping (the --standalone/dynamic-quorum alternative would
-            # also work but needs the controller's directory id at format time).
-            "controller.quorum.voters": f"{NODE_ID}@127.0.0.1:{cport}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.data_dir),
-            **BROKER_SETTINGS,
-        }
+        props = kraft_properties(NODE_ID, port, cport, f"{NODE_ID}@127.0.0.1:{cport}", self.data_dir, BROKER_SETTINGS)
         if self.sasl_users:  # the client listener authenticates; the controller stays on loopback
             me, pw = next(iter(self.sasl_users.items()))
             users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
@@ -272,74 +241,23 @@ class EmbeddedKafka:
                     ),
                 }
             )
-        lines = ["# Generated by jobs/kafka_broker.py on every start; edits are overwritten."]
-        lines += [f"{k}={v}" for k, v in props.items()]
-        self.config_file.write_text("\n".join(lines) + "\n")
-        self.log4j_file.write_text(LOG4J2.format(log_file=self.log_file))
-
-    def _format_storage(self, cluster_id: str) -> None:
-        """Once per data folder: writes meta.properties and the KRaft bootstrap checkpoint."""
-        cmd = [
-            self._java(),
-            "-Xmx256m",
-            "-cp",
-            self._classpath(),
-            *self._jvm_log_opts(),
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster_id,
-            "-c",
-            str(self.config_file),
-        ]
-        log.info("Formatting Kafka storage in %s (cluster id %s)", self.data_dir, cluster_id)
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=self.home, timeout=120)
-        if res.returncode != 0:
-            raise BrokerError(f"kafka storage format failed (exit {res.returncode}):\n{res.stdout}\n{res.stderr}")
-
-    def _cluster_id_on_disk(self) -> str | None:
-        meta = self.data_dir / "meta.properties"
-        if not meta.exists():
-            return None
-        for line in meta.read_text().splitlines():
-            if line.startswith("cluster.id="):
-                return line.split("=", 1)[1].strip()
-        return None
+        write_properties(self.config_file, props, "jobs/local/kafka_broker.py")
+        self.jvm.write_log_config()
 
     def _spawn(self, state: dict[str, Any], timeout: float) -> str:
-        self._check_jars()
+        self.jvm.check_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         port, cport = self._ports(state)
         self._write_config(port, cport)
 
-        cluster_id = self._cluster_id_on_disk()
+        cluster_id = cluster_id_on_disk(self.data_dir)
         if cluster_id is None:
             cluster_id = random_cluster_id()
-            self._format_storage(cluster_id)
+            self.jvm.format_storage(cluster_id, self.config_file)
 
         bootstrap = f"127.0.0.1:{port}"
-        cmd = [
-            self._java(),
-            "-cp",
-            self._classpath(),
-            *JVM_OPTS,
-            *self._jvm_log_opts(),
-            "kafka.Kafka",
-            str(self.config_file),
-        ]
-        with self.out_file.open("ab") as out:
-            out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting broker\n".encode())
-            out.flush()
-            self._proc = subprocess.Popen(
-                cmd,
-                cwd=self.home,  # hs_err files land here, not wherever the CLI was called
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        self._proc = self.jvm.spawn(self.config_file)
         pid = self._proc.pid
         state.update(
             pid=pid,
@@ -356,49 +274,17 @@ class EmbeddedKafka:
         self._wait_ready(pid, bootstrap, timeout)
         return bootstrap
 
-    def _failure(self, what: str) -> BrokerError:
-        return BrokerError(
-            f"{what}\n--- last lines of {self.log_file} ---\n{tail(self.log_file)}"
-            f"\n--- last lines of {self.out_file} ---\n{tail(self.out_file, 15)}"
-        )
-
     def _wait_ready(self, pid: int, bootstrap: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if not pid_alive(pid):
-                raise self._failure(f"Kafka broker (pid {pid}) exited during start-up")
-            if self._healthy(bootstrap):
+                raise self.jvm.failure(f"Kafka broker (pid {pid}) exited during start-up")
+            if broker_answers(bootstrap):
                 log.info("Kafka broker ready at %s", bootstrap)
                 return
             if time.monotonic() > deadline:
-                raise self._failure(
+                raise self.jvm.failure(
                     f"Kafka broker (pid {pid}) did not answer at {bootstrap} within {timeout}s; "
                     "it is left running (stop it with `joinshift kafka stop`)"
                 )
             time.sleep(0.5)
-
-    @staticmethod
-    def _healthy(bootstrap: str) -> bool:
-        """Answers a metadata request, not merely accepts TCP connections."""
-        port = int(bootstrap.rsplit(":", 1)[1])
-        if not port_accepts(port):
-            return False
-        try:
-            from jobs.storage import kafka
-
-            with kafka.consumer(bootstrap) as consumer:
-                consumer.topics()
-            return True
-        except Exception as e:
-            log.debug("Kafka broker at %s not ready: %s", bootstrap, e)
-            return False
-
-    def _wait_exit(self, pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.pid == pid:
-                self._proc.poll()  # reap our own child so it does not linger as a zombie
-            if not pid_alive(pid):
-                return True
-            time.sleep(0.2)
-        return False

@@ -1,4 +1,6 @@
-"""The docker-compose cluster: services, wiring, pinned versions, and agreement with the code.
+"""The docker-compose cluster: services, wiring, pinned versions, and agreement with the code,
+including the topology ``tests/integration/test_cluster.py`` proves on loopback (3 KRaft nodes with
+replication factor 3 and min ISR 2, a Spark master and two workers).
 
 Pure file checks (pyyaml); no Docker engine needed. If a ``docker compose`` client is on the
 machine, ``docker compose config -q`` validates the file against the Compose spec as well.
@@ -23,10 +25,12 @@ DOCKER_DIR = ROOT / "include" / "docker"
 DOCKERFILE = DOCKER_DIR / "Dockerfile.airflow"
 ENV_EXAMPLE = DOCKER_DIR / "compose.env.example"
 
+KAFKA_NODES = ["kafka-1", "kafka-2", "kafka-3"]
+SPARK_WORKERS = ["spark-worker-1", "spark-worker-2"]
 SERVICES = {
-    "kafka",
+    *KAFKA_NODES,
     "spark-master",
-    "spark-worker",
+    *SPARK_WORKERS,
     "postgres",
     "airflow-init",
     "airflow-api-server",
@@ -37,6 +41,7 @@ SERVICES = {
 AIRFLOW_SERVICES = sorted(s for s in SERVICES if s.startswith("airflow-"))
 LONG_RUNNING_AIRFLOW = [s for s in AIRFLOW_SERVICES if s != "airflow-init"]
 STORAGE_ROOT = "/data/joinshift"
+BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
 CODE_MOUNTS = {"dags", "jobs", "plugins", "include", "expectations"}
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
@@ -119,9 +124,10 @@ def test_airflow_services_wait_for_the_database_and_init(services):
 
 def test_scheduler_runs_tasks_only_once_kafka_and_spark_are_healthy(services):
     deps = services["airflow-scheduler"]["depends_on"]
-    for needed in ("kafka", "spark-worker", "airflow-api-server"):
+    for needed in (*KAFKA_NODES, *SPARK_WORKERS, "airflow-api-server"):
         assert deps[needed]["condition"] == "service_healthy", needed
-    assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    for worker in SPARK_WORKERS:
+        assert services[worker]["depends_on"]["spark-master"]["condition"] == "service_healthy"
 
 
 def test_named_volumes_are_declared(compose, services):
@@ -138,7 +144,7 @@ def test_named_volumes_are_declared(compose, services):
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
 def test_airflow_service_points_the_code_at_the_cluster(services, name):
     env = env_of(services[name])
-    assert env["JOINSHIFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert env["JOINSHIFT_KAFKA_BOOTSTRAP"] == BOOTSTRAP
     assert env["JOINSHIFT_SPARK_MASTER"] == "spark://spark-master:7077"
     assert env["JOINSHIFT_STORAGE_ROOT"] == STORAGE_ROOT
     assert env["JOINSHIFT_JAR_CACHE"] == "/opt/joinshift/jars"
@@ -168,8 +174,9 @@ def test_api_server_is_the_ui_on_8080(services):
     assert "8080:8080" in services["airflow-api-server"]["ports"]
 
 
-def test_driver_and_executors_share_storage_and_uid(services):
-    worker = services["spark-worker"]
+@pytest.mark.parametrize("name", SPARK_WORKERS)
+def test_driver_and_executors_share_storage_and_uid(services, name):
+    worker = services[name]
     assert mounts_of(worker).get(STORAGE_ROOT) == "joinshift-data"
     assert worker["user"] == services["airflow-scheduler"]["user"] == "50000:0"
 
@@ -185,42 +192,90 @@ def test_cluster_settings_file_loads_with_the_compose_environment(services, monk
     assert (s.storage_root, s.spark_master, s.kafka_bootstrap) == (
         STORAGE_ROOT,
         "spark://spark-master:7077",
-        "kafka:9092",
+        BOOTSTRAP,
     )
-    # Two applications (the streaming join and a batch job) fit on the default worker.
-    worker = env_of(services["spark-worker"])
-    assert 2 * int(s.spark_conf["spark.cores.max"]) <= int(worker["SPARK_WORKER_CORES"])
-    assert 2 * gib(s.spark_conf["spark.executor.memory"]) <= gib(worker["SPARK_WORKER_MEMORY"])
+    # Two applications (the streaming join and a batch job) fit on the default workers, each
+    # worker holding as many executors as it has cores for, each with its memory.
+    workers = [env_of(services[w]) for w in SPARK_WORKERS]
+    executor_cores = int(s.spark_conf["spark.executor.cores"])
+    assert 2 * int(s.spark_conf["spark.cores.max"]) <= sum(int(w["SPARK_WORKER_CORES"]) for w in workers)
+    for w in workers:
+        executors = int(w["SPARK_WORKER_CORES"]) // executor_cores
+        assert executors * gib(s.spark_conf["spark.executor.memory"]) <= gib(w["SPARK_WORKER_MEMORY"])
+    # ... and one application's executors spread over both workers, as in the cluster test
+    assert int(s.spark_conf["spark.cores.max"]) // executor_cores >= len(SPARK_WORKERS)
 
 
 # --- Kafka ---------------------------------------------------------------------------------
 
 
-def test_kafka_is_one_kraft_node_with_internal_and_external_listeners(services):
-    kafka = services["kafka"]
-    env = env_of(kafka)
+def _listeners(value: str) -> dict[str, str]:
+    """``NAME://host:port,...`` -> ``{host:port: NAME}``."""
+    return dict(reversed(x.split("://", 1)) for x in value.split(","))
+
+
+@pytest.mark.parametrize("name", KAFKA_NODES)
+def test_kafka_node_is_a_kraft_broker_and_controller_with_internal_and_external_listeners(services, name):
+    node = services[name]
+    env = env_of(node)
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    advertised = dict(reversed(x.split("://", 1)) for x in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
-    # The internal listener is the address JOINSHIFT_KAFKA_BOOTSTRAP names.
-    assert advertised["kafka:9092"] == "PLAINTEXT"
-    external = [addr for addr in advertised if addr.startswith("localhost:")]
-    assert external, "no listener advertised to the host"
-    port = external[0].split(":")[1]
-    assert f"{port}:{port}" in kafka["ports"]
+    assert node["hostname"] == name
+    advertised = _listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+    # The internal listener is an address JOINSHIFT_KAFKA_BOOTSTRAP names.
+    assert advertised[f"{name}:9092"] == "PLAINTEXT"
+    assert f"{name}:9092" in BOOTSTRAP.split(",")
+    external = [addr for addr, listener in advertised.items() if listener == "EXTERNAL"]
+    assert len(external) == 1 and external[0].startswith("localhost:"), "no listener advertised to the host"
+    assert f"{external[0].split(':')[1]}:9094" in node["ports"]
 
 
-def test_kafka_keeps_records_with_historical_timestamps(services):
-    env = env_of(services["kafka"])
+def test_kafka_is_three_nodes_in_one_controller_quorum(services):
+    """The topology of tests/integration/test_cluster.py (jobs/local/kafka_cluster.py)."""
+    from jobs.local.kafka_cluster import NODES
+
+    envs = {name: env_of(services[name]) for name in KAFKA_NODES}
+    assert len(envs) == NODES
+    ids = {name: env["KAFKA_NODE_ID"] for name, env in envs.items()}
+    assert sorted(ids.values()) == ["1", "2", "3"]
+    voters = {f"{i}@{name}:9093" for name, i in ids.items()}
+    for name, env in envs.items():
+        assert set(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == voters, name
+        assert "CONTROLLER://:9093" in env["KAFKA_LISTENERS"].split(","), name
+    assert len({env["CLUSTER_ID"] for env in envs.values()}) == 1
+    host_ports = [p.split(":")[0] for name in KAFKA_NODES for p in services[name]["ports"]]
+    assert len(set(host_ports)) == NODES, "each node needs its own host port"
+    assert len({mounts_of(services[name])["/var/lib/kafka/data"] for name in KAFKA_NODES}) == NODES
+
+
+@pytest.mark.parametrize("name", KAFKA_NODES)
+def test_kafka_replicates_as_the_cluster_test_does(services, name, tmp_path):
+    """Replication factor 3 and min ISR 2, internal topics included: what the cluster test proves
+    survives a partition leader's SIGKILL (jobs/local/kafka_cluster.py's broker settings)."""
+    from jobs.local.kafka_cluster import KafkaCluster
+    from jobs.local.kafka_setup import replicated_settings
+
+    proven = KafkaCluster(tmp_path).broker_settings
+    env = env_of(services[name])
+    assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3" and env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+    for key in replicated_settings(3, 2):
+        var = "KAFKA_" + key.upper().replace(".", "_")
+        assert env.get(var) == proven[key], f"{name}: {var} != the cluster test's {key}"
+
+
+@pytest.mark.parametrize("name", KAFKA_NODES)
+def test_kafka_keeps_records_with_historical_timestamps(services, name):
+    env = env_of(services[name])
     assert env["KAFKA_LOG_RETENTION_MS"] == "-1"
     assert env["KAFKA_LOG_RETENTION_BYTES"] == "-1"
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "true"
 
 
-def test_kafka_agrees_with_the_embedded_broker(services):
-    """Data-keeping settings must match jobs/local/kafka_setup.py, so both brokers behave alike."""
+@pytest.mark.parametrize("name", KAFKA_NODES)
+def test_kafka_agrees_with_the_embedded_broker(services, name):
+    """Data-keeping settings must match jobs/local/kafka_setup.py, so all brokers behave alike."""
     from jobs.local.kafka_broker import BROKER_SETTINGS
 
-    env = env_of(services["kafka"])
+    env = env_of(services[name])
     keys = [
         "log.retention.ms",
         "log.retention.bytes",
@@ -237,13 +292,39 @@ def test_kafka_agrees_with_the_embedded_broker(services):
             assert env.get(var) == BROKER_SETTINGS[key], f"{var} != embedded broker's {key}"
 
 
+# --- Spark ---------------------------------------------------------------------------------
+
+
+def test_spark_is_a_master_and_two_workers_as_in_the_cluster_test(services):
+    """The topology of tests/integration/test_cluster.py (jobs/local/spark_cluster.py's default)."""
+    import inspect
+
+    from jobs.local.spark_cluster import SparkCluster
+
+    assert inspect.signature(SparkCluster).parameters["workers"].default == len(SPARK_WORKERS)
+    master = services["spark-master"]["command"]
+    assert master[1] == "org.apache.spark.deploy.master.Master"
+    assert master[master.index("--port") + 1] == "7077"
+    for name in SPARK_WORKERS:
+        worker = services[name]
+        cmd = worker["command"]
+        assert cmd[1] == "org.apache.spark.deploy.worker.Worker"
+        assert cmd[-1] == "spark://spark-master:7077"
+        assert cmd[cmd.index("--host") + 1] == worker["hostname"] == name
+        # healthy once the master counts this very worker alive
+        assert f"'{name}'" in " ".join(worker["healthcheck"]["test"])
+    ui_ports = [p.split(":")[0] for name in ("spark-master", *SPARK_WORKERS) for p in services[name]["ports"]]
+    assert len(set(ui_ports)) == len(ui_ports), "each Spark UI needs its own host port"
+
+
 # --- versions --------------------------------------------------------------------------------
 
 
 def test_image_tags_match_the_pinned_versions(services):
     p = pins()
-    assert services["kafka"]["image"] == "apache/kafka:4.1.1"
-    for name in ("spark-master", "spark-worker"):
+    for name in KAFKA_NODES:
+        assert services[name]["image"] == "apache/kafka:4.1.1"
+    for name in ("spark-master", *SPARK_WORKERS):
         image = services[name]["image"]
         assert image.startswith(f"apache/spark:{p['pyspark']}-"), image
         assert image.startswith("apache/spark:4.2.0-") and "java17" in image and "python3" in image
