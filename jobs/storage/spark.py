@@ -116,6 +116,7 @@ def get_spark(
     )
     for k, v in {**BASE_CONF, **s.spark_conf, **(extra_conf or {})}.items():
         builder = builder.config(k, v)
+    _launch_quiet_gateway(builder._options)
     spark = builder.getOrCreate()
     atexit.register(_stop, spark)
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
@@ -132,6 +133,42 @@ def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
     for k, v in s.spark_conf.items():
         if k.startswith("spark.hadoop."):
             conf.set(k.removeprefix("spark.hadoop."), v)
+
+
+#: What the driver JVM prints on every start that says nothing to act on: Spark 4 adds
+#: ``--add-modules=jdk.incubator.vector`` to every JVM it launches (SPARK-48021), and the JVM
+#: announces incubator modules on stderr. Every other line of the JVM's stderr passes through.
+_HARMLESS_JVM_LINES = (b"WARNING: Using incubator modules",)
+
+
+def _launch_quiet_gateway(options: dict[str, str]) -> None:
+    """Start the driver JVM (py4j gateway) as pyspark would, its stderr forwarded line by line
+    less :data:`_HARMLESS_JVM_LINES`, so a run that succeeds prints nothing."""
+    import subprocess
+    import sys
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # a JVM is up already (this process started it)
+        return
+    conf = SparkConf(loadDefaults=False)
+    for k, v in options.items():
+        conf.set(k, str(v))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    err = gateway.proc.stderr
+
+    def forward() -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        for line in iter(err.readline, b""):
+            if out is not None and not line.startswith(_HARMLESS_JVM_LINES):
+                with contextlib.suppress(Exception):
+                    out.write(line)
+                    out.flush()
+
+    threading.Thread(target=forward, name="jvm-stderr", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 def _stop(spark: SparkSession) -> None:

@@ -133,3 +133,18 @@ def test_the_last_day_waits_for_its_next_right_day_and_everything_else_is_comput
 
     ref = spark.read.format("delta").load(Tables.of(spec, test_settings).output("reference")).where("ds = '2026-11-21'")
     assert [(r.left_event_id, r.right_event_id) for r in ref.collect()] == [("L2", "R2")]
+
+
+def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec):
+    """A fresh process (its own JVM) for a batch join and a stream increment: the JVM's start-up
+    notice, Spark's warnings and the listener bus at exit leave stderr empty."""
+    _, path = cli_spec
+    for args in (["batch", "--ds", "2026-11-20", "--variant", "batch_1d_1d"], ["stream", "--available-now"]):
+        res = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", args[0], "--spec", path, *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stderr == "", f"{args[0]} printed on stderr:\n{res.stderr}"
