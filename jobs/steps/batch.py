@@ -97,13 +97,18 @@ def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
 
 
 def waiting_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> dict[str, list[date]]:
-    """The daily variants that cannot be computed for ``ds`` yet, each with the right days it waits for."""
+    """The daily variants that cannot be computed for ``ds`` yet, each with the later right days it
+    waits for (the day-edge rule). Nothing waits when no landing is on record (tables written by
+    other means): compare then takes what exists, as it always did."""
     landed = landed_days(spark, Tables.of(spec, s), "right")
-    waits = {v: missing_days(right_days(spec, v, ds), landed) for v in DAILY_VARIANTS}
+    if not landed:
+        return {}
+    waits = {v: [d for d in missing_days(right_days(spec, v, ds), landed) if d > ds] for v in DAILY_VARIANTS}
     return {v: days for v, days in waits.items() if days}
 
 
 def ready_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[str]:
-    """The daily variants whose right-stream partitions for ``ds`` have all landed."""
-    waiting = waiting_variants(spark, spec, ds, s)
-    return [v for v in DAILY_VARIANTS if v not in waiting]
+    """The daily variants whose right-stream partitions for ``ds`` have all landed (none before
+    any landing is on record)."""
+    landed = landed_days(spark, Tables.of(spec, s), "right")
+    return [v for v in DAILY_VARIANTS if not missing_days(right_days(spec, v, ds), landed)]

@@ -63,7 +63,7 @@ def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(spark
                  "--arrival", "uploaded_at"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out) == {"pickups": len(pick) + 1, "ride_requests": len(req)}
 
-    assert main(["land", *args, "--ds", "2026-11-19", "--to", "2026-11-22"]) == 0
+    assert main(["land", *args, "--ds", "2026-11-20", "--to", "2026-11-22"]) == 0  # every arrival is in these days
     landed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     left = {r["left"]["ds"]: r["left"] for r in landed}
     assert sum(r["right"]["records"] for r in landed) == len(pick) + 1  # every row accounted for
