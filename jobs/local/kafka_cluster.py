@@ -32,12 +32,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from jobs.local.kafka_setup import (
     BROKER_SETTINGS,
     BrokerError,
     BrokerJvm,
+    LocalService,
     broker_answers,
     cluster_id_on_disk,
     free_ports,
@@ -86,7 +86,7 @@ class KafkaNode:
         return self.proc.poll() is None and pid_alive(self.proc.pid)
 
 
-class KafkaCluster:
+class KafkaCluster(LocalService):
     """``nodes`` combined broker+controller nodes on loopback, started and stopped together; every
     partition on ``replicas`` of them, ``min_isr`` in sync for an ``acks=all`` write.
 
@@ -196,19 +196,6 @@ class KafkaCluster:
     @property
     def log_dir(self) -> Path:
         return self.root / "logs"
-
-    def __enter__(self) -> KafkaCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- internals -------------------------------------------------------------------
 

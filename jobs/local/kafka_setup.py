@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
 
 from jobs.storage.processes import pid_alive
 
@@ -106,6 +107,28 @@ logger.state.level = WARN
 logger.zookeeper.name = org.apache.zookeeper
 logger.zookeeper.level = WARN
 """
+
+
+class LocalService:
+    """A set of local processes as a ``with`` block: started on entry (stopped again when the
+    start fails half-way, so nothing is left running) and stopped on exit."""
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def stop(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class BrokerError(RuntimeError):

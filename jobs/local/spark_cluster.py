@@ -27,10 +27,9 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from jobs.local.kafka_setup import free_ports, tail, wait_exit
+from jobs.local.kafka_setup import LocalService, free_ports, tail, wait_exit
 
 log = logging.getLogger("joinshift.spark")
 
@@ -46,7 +45,7 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-class SparkCluster:
+class SparkCluster(LocalService):
     """A standalone master and ``workers`` workers (``cores`` each, ``memory`` for executors),
     started and stopped together; a context manager."""
 
@@ -134,19 +133,6 @@ class SparkCluster:
                 wait_exit(proc.pid, 10, proc)
         self._procs.clear()
         log.info("Spark cluster stopped")
-
-    def __enter__(self) -> SparkCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- internals -------------------------------------------------------------------
 
