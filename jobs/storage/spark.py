@@ -147,6 +147,7 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     import subprocess
     import sys
     import threading
+    from typing import IO
 
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -157,9 +158,10 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     for k, v in options.items():
         conf.set(k, str(v))
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
-    err = gateway.proc.stderr
+    proc = getattr(gateway, "proc", None)  # None when pyspark joined a JVM spark-submit started
+    err = proc.stderr if proc is not None else None
 
-    def forward() -> None:
+    def forward(err: IO[bytes]) -> None:
         out = getattr(sys.stderr, "buffer", None)
         for line in iter(err.readline, b""):
             if out is not None and not line.startswith(_HARMLESS_JVM_LINES):
@@ -167,7 +169,8 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
                     out.write(line)
                     out.flush()
 
-    threading.Thread(target=forward, name="jvm-stderr", daemon=True).start()
+    if err is not None:
+        threading.Thread(target=forward, args=(err,), name="jvm-stderr", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
