@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from datetime import timedelta
 
 import pytest
 
@@ -19,15 +18,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 
 
-#: Watermarks shorter than the workload's lateness (clicks arrive up to hours late).
-SHORT = {"left": timedelta(0), "right": timedelta(minutes=5)}
-
-
 @pytest.mark.parametrize("short", [False, True], ids=["wide-watermarks", "short-watermarks"])
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(
     spark, kafka, demo_spec, test_settings, test_root, short
 ):
     from jobs.local.chaos import (
+        SHORT_WATERMARKS,
         chaos_run,
         dropped_as_late,
         isolated_spec,
@@ -41,7 +37,7 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(
     from jobs.storage.tables import Tables
 
     name = "chaos_short" if short else "chaos"
-    watermarks = SHORT if short else None
+    watermarks = SHORT_WATERMARKS if short else None
     # ~15 micro-batches for 200 left / ~290 right events
     ch = isolated_spec(demo_spec, name, max_offsets=20, watermarks=watermarks)
     publish_workload(demo_spec, ch, kafka, left_events=200, seed=7)

@@ -4,12 +4,12 @@ the output must equal an uninterrupted run's exactly, with no row lost or duplic
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
 
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.local.chaos import SHORT_WATERMARKS
 from jobs.spec import Cardinality
 
 pytestmark = pytest.mark.integration
@@ -19,14 +19,10 @@ class Crash(RuntimeError):
     pass
 
 
-#: Watermarks shorter than the workload's lateness (clicks arrive up to hours late): rows are
-#: dropped as late, and which ones depends on the micro-batches, which a restart must repeat.
-SHORT = {"left": timedelta(0), "right": timedelta(minutes=5)}
-
-
 def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str, short: bool = False):
     """Own topics, tables and checkpoints; watermarks wide enough that no record is late (so the
-    output cannot depend on how the backlog is cut into micro-batches), or :data:`SHORT`."""
+    output cannot depend on how the backlog is cut into micro-batches), or
+    :data:`jobs.local.chaos.SHORT_WATERMARKS`."""
     eo = own_pipeline_spec(
         name,
         side={"watermark_delay": spec.timestamp_validity.max_past},
@@ -37,7 +33,10 @@ def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str, short: 
     if short:  # and ~14 micro-batches: the watermark follows the arrivals closely enough to drop some
         eo = eo.model_copy(update={"streaming": eo.streaming.model_copy(update={"max_offsets_per_trigger": 30})})
         eo = eo.model_copy(
-            update={side: eo.side(side).model_copy(update={"watermark_delay": SHORT[side]}) for side in SHORT}
+            update={
+                side: eo.side(side).model_copy(update={"watermark_delay": SHORT_WATERMARKS[side]})
+                for side in SHORT_WATERMARKS
+            }
         )
     return eo
 
