@@ -46,6 +46,7 @@ from jobs.spec import JoinSpec
 from jobs.storage import delta_io, fs, kafka
 from jobs.storage.hold import current_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, await_logged, read_progress
+from jobs.storage.spark import release_state_stores
 from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
 from jobs.storage.tables import Tables
 
@@ -108,6 +109,7 @@ def _fresh_start(spark: SparkSession, spec: JoinSpec, bootstrap: str, s: Setting
     """A trial starts from nothing: stream checkpoints, output, progress logs, stream-stage
     quarantine rows and the replay topics."""
     tables = Tables.of(spec, s)
+    release_state_stores(spark)  # an earlier trial's store may still upload into the checkpoint
     for query in (JOIN_QUERY, QUARANTINE_QUERY):
         fs.delete(tables.checkpoint(query))
         fs.delete(tables.progress_log(query))

@@ -174,6 +174,15 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
+def release_state_stores(spark: SparkSession) -> None:
+    """Unload this JVM's state stores and stop their maintenance thread (Spark starts them again on
+    a query's next batch). A stopped query's RocksDB store may still be uploading a snapshot
+    (``<version>.zip``) into its checkpoint: deleting that checkpoint for a fresh start would race
+    with it, and the new query then finds its state folder not empty at batch 0."""
+    with contextlib.suppress(Exception):
+        spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # type: ignore[union-attr]
+
+
 def _stop(spark: SparkSession) -> None:
     """Close state stores and stop the session before the JVM exits. Left to the JVM's shutdown
     hooks, Spark deletes its local dirs while RocksDB stores are still open, and a run that
@@ -185,7 +194,6 @@ def _stop(spark: SparkSession) -> None:
         for q in spark.streams.active:
             q.stop()
     remove_recorders(spark)
-    with contextlib.suppress(Exception):
-        spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # type: ignore[union-attr]
+    release_state_stores(spark)
     with contextlib.suppress(Exception):
         spark.stop()
