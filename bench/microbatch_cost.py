@@ -1,0 +1,130 @@
+"""Where a micro-batch's fixed cost goes: the streaming join with small micro-batches, its
+progress durations (Spark's ``durationMs``) and the exactly-once sink's Delta append timed inside
+``foreachBatch``, one row per configuration, in one run on the same topics.
+
+Configurations (``--variant``, repeatable; default all): ``product`` (joinshift's settings),
+``hdfs-state`` (the in-memory HDFS-backed state store instead of RocksDB), ``no-aqe``
+(adaptive query execution off), ``delta-snapshot-2`` (Delta's log replay on 2 partitions instead
+of 50). Each runs the same backlog twice in one warm JVM; the second run's batches 4.. are the
+steady state reported (medians).
+
+    python -m bench.microbatch_cost [--left-events 2000] [--max-offsets 200] [--variant product]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+from jobs.settings import PROJECT_ROOT, settings
+
+VARIANTS: dict[str, dict[str, str]] = {
+    "product": {},
+    "hdfs-state": {
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+        )
+    },
+    "no-aqe": {"spark.sql.adaptive.enabled": "false"},
+    "delta-snapshot-2": {"spark.databricks.delta.snapshotPartitions": "2"},
+}
+STEPS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.microbatch_cost", description=__doc__.split("\n\n")[0])
+    p.add_argument("--left-events", type=int, default=2000, help="left events in the one generated day")
+    p.add_argument("--max-offsets", type=int, default=200, help="maxOffsetsPerTrigger per topic (small batches)")
+    p.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="configurations to run (default all)")
+    p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-microbatch"), help="scratch folder (wiped)")
+    args = p.parse_args(argv)
+
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.spec import load_spec
+    from jobs.steps.stream import start_streaming_join
+    from jobs.storage import delta_io
+    from jobs.storage.kafka import create_topic
+    from jobs.storage.spark import get_spark
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
+
+    sink_s: list[float] = []
+    append = delta_io.append_batch
+
+    def timed_append(*a, **k):  # the sink's Delta append, inside foreachBatch
+        t0 = time.monotonic()
+        try:
+            return append(*a, **k)
+        finally:
+            sink_s.append(time.monotonic() - t0)
+
+    delta_io.append_batch = timed_append
+
+    root = Path(args.root)
+    shutil.rmtree(root, ignore_errors=True)
+    s = dataclasses.replace(
+        settings(), storage_root=str(root / "storage"), kafka_home=str(root / "kafka"), log_dir=str(root / "logs")
+    )
+    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    spec = base.model_copy(
+        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.max_offsets})}
+    )
+    rows = []
+    broker = EmbeddedKafka(s)
+    bootstrap = broker.start()
+    try:
+        wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=1, start_date=date(2026, 11, 19)), spec)
+        for st in (spec.left, spec.right):
+            create_topic(bootstrap, st.topic)
+        publish(wl.records, bootstrap)
+        spark = get_spark("joinshift-bench-microbatch", s)
+        defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
+        for name in args.variant or list(VARIANTS):
+            for k, v in {**defaults, **VARIANTS[name]}.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
+            for run in range(2):  # the first pays the warm-up of this configuration
+                sink_s.clear()
+                rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{name}_{run}"))
+                t0 = time.monotonic()
+                (q,) = start_streaming_join(
+                    spark, spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False
+                )
+                q.awaitTermination()
+                wall = time.monotonic() - t0
+            steady = q.recentProgress[3:]
+            row = {
+                "variant": name,
+                "micro_batches": len(q.recentProgress),
+                "wall_s": round(wall, 1),
+                "input_rows_per_batch": statistics.median(p.numInputRows for p in steady),
+                **{f"{k}_ms": statistics.median(p.durationMs.get(k, 0) for p in steady) for k in STEPS},
+                "sink_append_ms": round(1000 * statistics.median(sink_s[3:] or [0])),
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+        spark.stop()
+    finally:
+        broker.stop()
+    print("| variant | batches | rows/batch | " + " | ".join(STEPS) + " | sink append |")
+    print("|---" * (len(STEPS) + 4) + "|")
+    for r in rows:
+        cells = [str(r["micro_batches"]), f"{r['input_rows_per_batch']:.0f}"]
+        cells += [f"{r[f'{k}_ms']:.0f} ms" for k in STEPS] + [f"{r['sink_append_ms']} ms"]
+        print(f"| {r['variant']} | " + " | ".join(cells) + " |")
+    print(json.dumps({"command": "python -m bench.microbatch_cost " + " ".join(argv or sys.argv[1:])}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
