@@ -363,7 +363,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from jobs.storage.fs import RemoteFilesUnreachable
     from jobs.storage.hold import CheckpointBusy
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
-    from jobs.storage.spark import SessionKindConflict
+    from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
 
     return (
         SpecError,
@@ -378,6 +378,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         CheckpointBusy,
         RemoteFilesUnreachable,
         SessionKindConflict,
+        ConnectUnavailable,
     )
 
 

@@ -122,6 +122,23 @@ class SessionKindConflict(RuntimeError):
     """This process has a Spark session of the other kind (pyspark allows one per process)."""
 
 
+class ConnectUnavailable(RuntimeError):
+    """No Spark Connect server answers at ``spark_remote``."""
+
+
+def _reachable(remote: str, timeout: float = 2) -> bool:
+    """Whether the host and port of an ``sc://`` URL accept a TCP connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(remote)
+    try:
+        socket.create_connection((url.hostname or "localhost", url.port or 15002), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def get_spark(
     app_name: str = "joinshift",
     s: Settings | None = None,
@@ -177,7 +194,13 @@ def _active_session() -> SparkSession | None:
 def _connect(app_name: str, s: Settings, extra_conf: dict[str, str] | None) -> SparkSession:
     """A Spark Connect session on ``s.spark_remote``. The server was started with the driver
     settings (:func:`session_conf`); ``extra_conf`` (runtime SQL settings) applies to this
-    session only."""
+    session only. A server that does not answer is one line at once (pyspark would retry for
+    minutes)."""
+    if not _reachable(s.spark_remote):
+        raise ConnectUnavailable(
+            f"no Spark Connect server answers at {s.spark_remote} (spark_remote): start one "
+            "(`joinshift spark-server start`) or unset JOINSHIFT_SPARK_REMOTE to use a Spark of this process"
+        )
     builder = SparkSession.builder.remote(s.spark_remote).appName(app_name)
     for k, v in (extra_conf or {}).items():
         builder = builder.config(k, v)
@@ -241,13 +264,7 @@ def _release(spark: SparkSession, remote: str) -> None:
     """End this client's session on the server (its temporary views and cached data go with it);
     the server keeps running. A server that is gone is not waited for: pyspark would retry the
     release for minutes before the process could exit."""
-    import socket
-    from urllib.parse import urlsplit
-
-    url = urlsplit(remote)
-    try:
-        socket.create_connection((url.hostname or "localhost", url.port or 15002), timeout=2).close()
-    except OSError:
+    if not _reachable(remote):
         with contextlib.suppress(Exception):
             spark.client.close()
         return

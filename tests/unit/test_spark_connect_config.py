@@ -89,3 +89,31 @@ def test_the_local_server_listens_on_loopback_with_a_joinshift_drivers_settings(
     )
     free = SparkConnectServer(s, port=0, root=tmp_path / "sc")
     assert free.port != DEFAULT_PORT and free.port == free.port  # a free one, picked once
+
+
+def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
+    """pyspark alone would retry for minutes; the CLI names what to do and exits 1 (a child
+    process: settings are read once per process, and this one may hold a local driver)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from jobs.local.kafka_setup import free_ports
+
+    url = f"sc://127.0.0.1:{free_ports(1)[0]}"
+    env = {**os.environ, "JOINSHIFT_SPARK_REMOTE": url, "JOINSHIFT_LOG_DIR": str(tmp_path)}
+    t = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "compare", "--ds", "2026-11-19"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - t < 30
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.strip() == (
+        f"joinshift compare: no Spark Connect server answers at {url} (spark_remote): start one "
+        "(`joinshift spark-server start`) or unset JOINSHIFT_SPARK_REMOTE to use a Spark of this process"
+    )
