@@ -70,14 +70,14 @@ def _hadoop(uri: str) -> tuple[Any, Any, Any]:
     """``(jvm, FileSystem, Path)`` of a remote URI, in the running Spark session's JVM."""
     from pyspark import SparkContext
 
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:  # pyspark's mark of a Connect client process
+        raise RemoteFilesUnreachable(
+            f"{uri}: with spark_remote set, joinshift's own files under a URI storage root cannot be "
+            "reached (a Spark Connect client has no Hadoop FileSystem); use a local or mounted "
+            "storage_root, or unset JOINSHIFT_SPARK_REMOTE for this command"
+        )
     sc = SparkContext._active_spark_context
     if sc is None:
-        if "SPARK_CONNECT_MODE_ENABLED" in os.environ:  # pyspark's mark of a Connect client process
-            raise RemoteFilesUnreachable(
-                f"{uri}: with spark_remote set, joinshift's own files under a URI storage root cannot be "
-                "reached (a Spark Connect client has no Hadoop FileSystem); use a local or mounted "
-                "storage_root, or unset JOINSHIFT_SPARK_REMOTE for this command"
-            )
         from jobs.storage.spark import get_spark
 
         sc = get_spark("joinshift-fs", classic=True).sparkContext
