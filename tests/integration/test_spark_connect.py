@@ -159,10 +159,10 @@ def test_spark_server_status_and_a_taken_port_in_one_line(server, test_root):
             timeout=60,
         )
 
+    # another process finds the server by its folder (<local_root>/spark-connect)
     status = json.loads(cli("status", JOINSHIFT_LOCAL_ROOT=str(server.root.parent)).stdout)
-    # the server's own folder is under test_root/spark-connect, not <local_root>/spark-connect
-    assert status["running"] is False or status["pid"] == server.status()["pid"]
-    assert server.status()["running"] and server.status()["accepting"]
+    assert status["running"] and status["accepting"] and status["url"] == server.url
+    assert status["pid"] == server.status()["pid"] > 0
 
     taken = cli("start", "--port", str(server.port))
     assert taken.returncode == 1 and taken.stdout == ""
