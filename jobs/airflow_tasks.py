@@ -36,10 +36,13 @@ def _spec(path: str | None) -> JoinSpec:
     return load_spec(spec_path(path or None))
 
 
-def _spark():
+def _spark(*, classic: bool = False):
+    """The task's Spark session: a client of the Spark Connect server ``spark_remote`` names when
+    it is set in the worker's environment, else a driver in the task's process. The streaming
+    tasks ask for ``classic`` (a driver of their own: ``jobs.storage.spark``)."""
     from jobs.storage.spark import get_spark
 
-    return get_spark("joinshift-airflow")
+    return get_spark("joinshift-airflow", classic=classic)
 
 
 def _ds(ds: str | date) -> date:
@@ -79,7 +82,7 @@ def stream_increment(spec: str) -> dict:
     from jobs.steps.stream import run_increment
     from jobs.storage.kafka import bootstrap_servers
 
-    return run_increment(_spark(), _spec(spec), bootstrap=bootstrap_servers())
+    return run_increment(_spark(classic=True), _spec(spec), bootstrap=bootstrap_servers())
 
 
 def inputs_ready(spec: str, ds: str) -> bool:
@@ -187,7 +190,7 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
     from jobs.storage.kafka import bootstrap_servers
 
     result = run(
-        _spark(),
+        _spark(classic=True),
         _spec(spec),
         bootstrap=bootstrap_servers(),
         days=[_ds(d) for d in days] if days else None,
@@ -273,7 +276,7 @@ def replay(spec: str, cutover: str) -> dict:
     from jobs.operate.replay import replay as run
     from jobs.storage.kafka import bootstrap_servers
 
-    return asdict(run(_spark(), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))
+    return asdict(run(_spark(classic=True), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))
 
 
 def gate_evaluate(spec: str, days: list[str]) -> list[dict]:

@@ -78,6 +78,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait until it answers (start, default 60) or before SIGKILL (stop, default 30)",
     )
 
+    ss = cmd(
+        "spark-server",
+        commands.cmd_spark_server,
+        "start, stop or inspect a local Spark Connect server that short steps share instead of each "
+        "starting a Spark JVM; `start` prints the URL to set as JOINSHIFT_SPARK_REMOTE",
+    )
+    ss.add_argument("action", choices=("start", "stop", "status"))
+    ss.add_argument(
+        "--port",
+        type=int,
+        help="port on 127.0.0.1 (default: the one JOINSHIFT_SPARK_REMOTE names, else 15002; 0: a free one)",
+    )
+    ss.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait until it accepts clients (start, default 120) or before SIGKILL (stop, default 30)",
+    )
+
     a = cmd(
         "airflow",
         commands.cmd_airflow,
@@ -342,8 +360,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from jobs.steps.replay_live import ReplayRefused
     from jobs.storage.checkpoints import CheckpointError
     from jobs.storage.delta_io import MissingInput
+    from jobs.storage.fs import RemoteFilesUnreachable
     from jobs.storage.hold import CheckpointBusy
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
+    from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
 
     return (
         SpecError,
@@ -356,6 +376,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ReplayRefused,
         ImportRefused,
         CheckpointBusy,
+        RemoteFilesUnreachable,
+        SessionKindConflict,
+        ConnectUnavailable,
     )
 
 

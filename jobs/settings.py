@@ -19,6 +19,8 @@ import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+#: What ``spark_remote`` takes: Spark Connect's URL, ``sc://host[:port][/;param=value...]``.
+_REMOTE = re.compile(r"^sc://[^/:;\s]+(:\d+)?(/.*)?$")
 
 
 class SettingsError(ValueError):
@@ -32,6 +34,9 @@ class Settings:
     storage_root: str = str(PROJECT_ROOT / "var" / "storage")
     #: Spark master URL; ``local[*]`` by default.
     spark_master: str = "local[*]"
+    #: A Spark Connect server (``sc://host:port``) the short steps use instead of starting a driver
+    #: JVM of their own; empty: every process starts its own Spark (README, "One Spark for many steps").
+    spark_remote: str = ""
     #: Kafka bootstrap servers; empty means "the embedded broker this project starts".
     kafka_bootstrap: str = ""
     #: Embedded broker's data, config and logs.
@@ -108,6 +113,12 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         key = f"JOINSHIFT_{name.upper()}"
         if key in env and name not in ("spark_conf", "kafka_properties"):
             values[name] = env[key]
+    remote = values.get("spark_remote")
+    if remote and not _REMOTE.match(str(remote)):
+        where = "JOINSHIFT_SPARK_REMOTE" if "JOINSHIFT_SPARK_REMOTE" in env else str(cfg)
+        raise SettingsError(
+            f"{where}: spark_remote {remote!r} is not a Spark Connect URL; use sc://host:port, e.g. sc://127.0.0.1:15002"
+        )
     return Settings(**values)  # type: ignore[arg-type]
 
 

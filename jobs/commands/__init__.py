@@ -29,7 +29,15 @@ from jobs.commands.common import (
     _print_json,
     _spark,
 )
-from jobs.commands.operate import cmd_checkpoint, cmd_gate, cmd_health, cmd_replay, cmd_runbook, cmd_supervise
+from jobs.commands.operate import (
+    cmd_checkpoint,
+    cmd_gate,
+    cmd_health,
+    cmd_replay,
+    cmd_runbook,
+    cmd_spark_server,
+    cmd_supervise,
+)
 from jobs.storage import fs
 
 __all__ = [
@@ -41,6 +49,7 @@ __all__ = [
     "cmd_health",
     "cmd_replay",
     "cmd_runbook",
+    "cmd_spark_server",
     "cmd_supervise",
 ]
 
@@ -166,7 +175,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from jobs.steps.stream import run_continuous, run_increment
 
     spec = _load_spec(args.spec)
-    spark, bootstrap = _spark("stream-join"), _bootstrap()
+    spark, bootstrap = _spark("stream-join", classic=True), _bootstrap()
     if args.available_now:
         print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
     else:
@@ -204,7 +213,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     if args.from_ds:
         last = args.to or args.from_ds
         days = [args.from_ds + timedelta(days=i) for i in range((last - args.from_ds).days + 1)]
-    spark, bootstrap = _spark("replay-as-live"), _bootstrap()
+    spark, bootstrap = _spark("replay-as-live", classic=True), _bootstrap()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -328,7 +337,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     # --verify then predicts it for its replay-as-live trial and holds the trial to that
     slice_minutes = args.slice_minutes
     cadence = default_cadence(spec, slice_minutes)
-    spark, days = _spark("recommend"), _ds_range(args)
+    spark, days = _spark("recommend", classic=args.verify), _ds_range(args)  # --verify streams
     console = _console()
     with console.status(f"measuring candidates over the landed days ({cadence.label()})"):
         rec = recommend(spark, spec, days, cadence=cadence)

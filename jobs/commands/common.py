@@ -35,10 +35,12 @@ def _load_spec(path: str) -> Any:
     return load_spec(spec_path(path))
 
 
-def _spark(name: str) -> Any:
+def _spark(name: str, *, classic: bool = False) -> Any:
+    """The process's Spark session: a Spark Connect client when ``spark_remote`` is set, unless
+    ``classic`` (the streaming commands: a driver of their own, see ``jobs.storage.spark``)."""
     from jobs.storage.spark import get_spark
 
-    return get_spark(f"joinshift-{name}")
+    return get_spark(f"joinshift-{name}", classic=classic)
 
 
 def _bootstrap() -> str:

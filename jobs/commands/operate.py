@@ -1,4 +1,5 @@
-"""Command bodies of the operations wing: checkpoint, replay, supervise, health, runbook, gate."""
+"""Command bodies of the operations wing: checkpoint, replay, supervise, health, runbook, gate,
+and the local Spark Connect server the short steps share (spark-server)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_json(asdict(plan_replay(spec, cutover, _bootstrap())))
     else:
-        _print_json(asdict(replay(_spark("replay"), spec, cutover, bootstrap=_bootstrap())))
+        _print_json(asdict(replay(_spark("replay", classic=True), spec, cutover, bootstrap=_bootstrap())))
     return 0
 
 
@@ -186,3 +187,22 @@ def _gate_summary(st: dict[str, Any]) -> str:
     for d in st["days"][:7]:
         lines.append(f"  {d['ds']}: " + ("met" if d["met"] else f"not met: {d['why_not']}"))
     return "\n".join(lines)
+
+
+def cmd_spark_server(args: argparse.Namespace) -> int:
+    """``start`` prints the URL for ``JOINSHIFT_SPARK_REMOTE``; ``status`` the pid and URL as JSON."""
+    from jobs.local.spark_connect import SparkConnectError, SparkConnectServer
+
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port}: use 1-65535, or 0 for a free port", EXIT_USAGE)
+    server = SparkConnectServer(port=args.port)
+    try:
+        if args.action == "start":
+            print(server.start(timeout=args.timeout or 120))
+        elif args.action == "stop":
+            server.stop(timeout=args.timeout or 30)
+        else:
+            _print_json(server.status())
+    except SparkConnectError as e:
+        raise UserError(str(e)) from None
+    return 0

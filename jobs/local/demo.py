@@ -114,7 +114,7 @@ def run_demo(
 
         from jobs.storage.spark import get_spark
 
-        get_spark("joinshift-demo")
+        get_spark("joinshift-demo", classic=True)  # one driver for every DAG, the stream's too
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         if bag.import_errors:
             console.print(f"[red]DAG import errors:[/red] {bag.import_errors}")

@@ -45,7 +45,7 @@ def read_rows(spark: SparkSession, path: str) -> DataFrame:
     reader = spark.read.format(FORMATS[suffix])
     if FORMATS[suffix] == "csv":
         reader = reader.option("header", True)  # every value stays text; the side's format parses it
-    return reader.load(str(p))
+    return reader.load(str(p.resolve()))  # absolute: a Spark Connect server has a working folder of its own
 
 
 def to_records(rows: DataFrame, spec: JoinSpec, side: str, arrival: str | None) -> DataFrame:

@@ -12,6 +12,11 @@ root never needs one. Object stores have no append and no atomic directory renam
 rewrites the object there, and ``rename`` of a folder is a copy then a delete (one writer at a time,
 as everywhere in joinshift).
 
+A Spark Connect client process (``spark_remote``) has no JVM to ask: there a URI is refused with
+:class:`RemoteFilesUnreachable`, a one-line message naming what to do. The Connect server reads
+and writes Delta tables and checkpoints on any file system; these files need a storage root this
+process reaches itself (a local path, or the bucket mounted) or a Spark driver of its own.
+
 Example::
 
     fs.write_text("s3a://bucket/joinshift/stream_runs/tiny.json", "{}")
@@ -57,15 +62,25 @@ def name(uri: str | Path) -> str:
 # ------------------------------------------------------------------------ Hadoop's side
 
 
+class RemoteFilesUnreachable(RuntimeError):
+    """A URI under the storage root in a process whose Spark is a Connect client (no JVM here)."""
+
+
 def _hadoop(uri: str) -> tuple[Any, Any, Any]:
     """``(jvm, FileSystem, Path)`` of a remote URI, in the running Spark session's JVM."""
     from pyspark import SparkContext
 
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:  # pyspark's mark of a Connect client process
+        raise RemoteFilesUnreachable(
+            f"{uri}: with spark_remote set, joinshift's own files under a URI storage root cannot be "
+            "reached (a Spark Connect client has no Hadoop FileSystem); use a local or mounted "
+            "storage_root, or unset JOINSHIFT_SPARK_REMOTE for this command"
+        )
     sc = SparkContext._active_spark_context
     if sc is None:
         from jobs.storage.spark import get_spark
 
-        sc = get_spark("joinshift-fs").sparkContext
+        sc = get_spark("joinshift-fs", classic=True).sparkContext
     jvm = sc._jvm
     path = jvm.org.apache.hadoop.fs.Path(uri)  # type: ignore[union-attr]
     return jvm, path.getFileSystem(sc._jsc.hadoopConfiguration()), path

@@ -3,6 +3,12 @@
 JVM jars come from the local cache that set-up filled from Maven Central
 (``<jar_cache>/spark/*.jar``), so a session starts offline. On a cluster, point
 ``JOINSHIFT_SPARK_MASTER`` at it; the same jars ship to executors through ``spark.jars``.
+
+With ``spark_remote`` set (``JOINSHIFT_SPARK_REMOTE=sc://host:port``) a process starts no JVM:
+its session is a Spark Connect client of that server, which runs with :func:`session_conf`
+(``joinshift spark-server start`` starts one here). Streaming steps ask for ``classic=True``:
+their ``foreachBatch`` sinks and progress listeners live in this process (README, "One Spark
+for many steps"). pyspark allows one kind per process: the first session decides.
 """
 
 from __future__ import annotations
@@ -80,47 +86,127 @@ logger.jetty.level = warn
 """
 
 
-def _log4j_config(s: Settings) -> str:
-    """Write the JVM's logging configuration under the log dir; return its path."""
-    path = Path(s.log_dir) / "log4j2-spark.properties"
+def log4j_config(s: Settings, name: str = "spark") -> str:
+    """Write the JVM's logging configuration (to ``<log_dir>/<name>.log``) under the log dir;
+    return its path."""
+    Path(s.log_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(s.log_dir) / f"log4j2-{name}.properties"
     console = os.environ.get("JOINSHIFT_SPARK_CONSOLE_LEVEL", "error").lower()
-    path.write_text(_LOG4J2.format(console=console, file=Path(s.log_dir) / "spark.log"))
+    path.write_text(_LOG4J2.format(console=console, file=Path(s.log_dir) / f"{name}.log"))
     return str(path)
 
 
+def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_name: str = "spark") -> dict[str, str]:
+    """Every setting a joinshift Spark driver starts with: master, jars, memory, the quiet log
+    configuration, :data:`BASE_CONF`, then ``Settings.spark_conf`` and ``extra_conf`` (later wins).
+    The one list for a driver of this process and for a Spark Connect server alike."""
+    return {
+        "spark.master": s.spark_master,
+        "spark.jars": ",".join(spark_jars(s)),
+        "spark.driver.memory": s.spark_driver_memory,
+        "spark.sql.warehouse.dir": s.path("warehouse"),
+        "spark.ui.enabled": os.environ.get("JOINSHIFT_SPARK_UI", "false"),
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}",
+        **BASE_CONF,
+        **s.spark_conf,
+        **(extra_conf or {}),
+    }
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client (no JVM in this process: no ``sparkContext``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class SessionKindConflict(RuntimeError):
+    """This process has a Spark session of the other kind (pyspark allows one per process)."""
+
+
+class ConnectUnavailable(RuntimeError):
+    """No Spark Connect server answers at ``spark_remote``."""
+
+
+def _reachable(remote: str, timeout: float = 2) -> bool:
+    """Whether the host and port of an ``sc://`` URL accept a TCP connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(remote)
+    try:
+        socket.create_connection((url.hostname or "localhost", url.port or 15002), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def get_spark(
-    app_name: str = "joinshift", s: Settings | None = None, extra_conf: dict[str, str] | None = None
+    app_name: str = "joinshift",
+    s: Settings | None = None,
+    extra_conf: dict[str, str] | None = None,
+    *,
+    classic: bool = False,
 ) -> SparkSession:
-    """Return the process's Spark session, creating it on first use.
+    """Return the process's Spark session, creating it on first use: a client of the Spark
+    Connect server ``spark_remote`` names when it is set, else a driver in this process.
+
+    ``classic=True`` asks for a driver in this process whatever ``spark_remote`` says: the
+    streaming steps (their ``foreachBatch`` sinks hold state and wait on this process's threads).
+    A process whose first session was a driver keeps using it for every later step.
 
     Example::
 
         spark = get_spark("batch_join")
         spark.read.format("delta").load(path)
     """
-    active = SparkSession.getActiveSession()
+    active = _active_session()
     if active is not None:
-        if s is not None:
+        if classic and is_connect(active):
+            raise SessionKindConflict(
+                "this process already uses the Spark Connect server; a streaming step needs a Spark "
+                "driver of its own: run it as its own command, or unset JOINSHIFT_SPARK_REMOTE"
+            )
+        if s is not None and not is_connect(active):
             _apply_hadoop_conf(active, s)
         return active
     s = s or settings()
-    Path(s.log_dir).mkdir(parents=True, exist_ok=True)
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(s.spark_master)
-        .config("spark.jars", ",".join(spark_jars(s)))
-        .config("spark.driver.memory", s.spark_driver_memory)
-        .config("spark.sql.warehouse.dir", s.path("warehouse"))
-        .config("spark.ui.enabled", os.environ.get("JOINSHIFT_SPARK_UI", "false"))
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j_config(s)}")
-    )
-    for k, v in {**BASE_CONF, **s.spark_conf, **(extra_conf or {})}.items():
+    if s.spark_remote and not classic:
+        return _connect(app_name, s, extra_conf)
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in session_conf(s, extra_conf).items():
         builder = builder.config(k, v)
     _launch_quiet_gateway(builder._options)
     spark = builder.getOrCreate()
     atexit.register(_stop, spark)
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
     log.info("Spark %s session on %s", spark.version, s.spark_master)
+    return spark
+
+
+def _active_session() -> SparkSession | None:
+    """This process's session of either kind, without starting one."""
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        return ConnectSession.getActiveSession() or ConnectSession._get_default_session()  # type: ignore[return-value]
+    return SparkSession.getActiveSession()
+
+
+def _connect(app_name: str, s: Settings, extra_conf: dict[str, str] | None) -> SparkSession:
+    """A Spark Connect session on ``s.spark_remote``. The server was started with the driver
+    settings (:func:`session_conf`); ``extra_conf`` (runtime SQL settings) applies to this
+    session only. A server that does not answer is one line at once (pyspark would retry for
+    minutes)."""
+    if not _reachable(s.spark_remote):
+        raise ConnectUnavailable(
+            f"no Spark Connect server answers at {s.spark_remote} (spark_remote): start one "
+            "(`joinshift spark-server start`) or unset JOINSHIFT_SPARK_REMOTE to use a Spark of this process"
+        )
+    builder = SparkSession.builder.remote(s.spark_remote).appName(app_name)
+    for k, v in (extra_conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    atexit.register(_release, spark, s.spark_remote)
+    log.info("Spark Connect session on %s (server Spark %s)", s.spark_remote, spark.version)
     return spark
 
 
@@ -181,6 +267,18 @@ def release_state_stores(spark: SparkSession) -> None:
     with it, and the new query then finds its state folder not empty at batch 0."""
     with contextlib.suppress(Exception):
         spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()  # type: ignore[union-attr]
+
+
+def _release(spark: SparkSession, remote: str) -> None:
+    """End this client's session on the server (its temporary views and cached data go with it);
+    the server keeps running. A server that is gone is not waited for: pyspark would retry the
+    release for minutes before the process could exit."""
+    if not _reachable(remote):
+        with contextlib.suppress(Exception):
+            spark.client.close()
+        return
+    with contextlib.suppress(Exception):
+        spark.stop()
 
 
 def _stop(spark: SparkSession) -> None:

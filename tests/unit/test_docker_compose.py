@@ -99,7 +99,8 @@ def gib(size: str) -> float:
 
 def pins() -> dict[str, str]:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return dict(d.replace(" ", "").split("==", 1) for d in deps if "==" in d)
+    pinned = (d.replace(" ", "").split("==", 1) for d in deps if "==" in d)
+    return {re.sub(r"\[.*\]$", "", name): version for name, version in pinned}  # pyspark[connect] -> pyspark
 
 
 # --- shape ---------------------------------------------------------------------------------

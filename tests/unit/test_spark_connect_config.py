@@ -1,0 +1,119 @@
+"""Spark Connect, the pure parts: the ``spark_remote`` setting, the SQL that replaced Delta's
+JVM-side table API (one code path for a local driver and a Connect client), the one-line refusal
+of a URI storage root's files in a Connect client process, and the local server's command line.
+The server itself runs in ``tests/integration/test_spark_connect.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.settings import SettingsError, load_settings
+from jobs.storage import delta_io, fs
+
+
+def test_spark_remote_comes_from_the_environment_or_the_config_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    assert load_settings({}).spark_remote == ""  # default: every process starts its own Spark
+    assert load_settings({"JOINSHIFT_SPARK_REMOTE": "sc://127.0.0.1:15002"}).spark_remote == "sc://127.0.0.1:15002"
+    cfg = tmp_path / "joinshift.yaml"
+    cfg.write_text("spark_remote: sc://spark-connect:15002/;use_ssl=true\n")
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(cfg))
+    assert load_settings({}).spark_remote == "sc://spark-connect:15002/;use_ssl=true"
+    env = {"JOINSHIFT_SPARK_REMOTE": ""}  # the variable wins, also to switch it off
+    assert load_settings(env).spark_remote == ""
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:15002", "spark://host:7077", "sc://", "sc://host:port"])
+def test_a_spark_remote_that_is_not_a_connect_url_is_named(bad, monkeypatch):
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    with pytest.raises(SettingsError) as e:
+        load_settings({"JOINSHIFT_SPARK_REMOTE": bad})
+    assert str(e.value).startswith("JOINSHIFT_SPARK_REMOTE: spark_remote") and "sc://host:port" in str(e.value)
+
+
+def test_settings_env_hands_spark_remote_to_child_processes():
+    from jobs.settings import Settings, settings_env
+
+    assert settings_env(Settings(spark_remote="sc://127.0.0.1:1"))["JOINSHIFT_SPARK_REMOTE"] == "sc://127.0.0.1:1"
+
+
+def test_delta_sql_names_the_table_by_path_with_backticks_escaped():
+    assert delta_io.table_ref("/data/t") == "delta.`/data/t`"
+    assert delta_io.table_ref("s3a://b/we`ird") == "delta.`s3a://b/we``ird`"
+    assert delta_io.history_sql("/t", 50) == "DESCRIBE HISTORY delta.`/t` LIMIT 50"
+    assert delta_io.delete_sql("/t", "ds = '2026-11-20'") == "DELETE FROM delta.`/t` WHERE ds = '2026-11-20'"
+
+
+def test_insert_new_merges_with_schema_evolution_and_upsert_replaces_matches():
+    cond = "t.`id` <=> s.`id`"
+    assert delta_io.merge_sql("/t", "v", cond, update=False, evolve_schema=True) == (
+        "MERGE WITH SCHEMA EVOLUTION INTO delta.`/t` t USING `v` s ON t.`id` <=> s.`id` WHEN NOT MATCHED THEN INSERT *"
+    )
+    assert delta_io.merge_sql("/t", "v", cond, update=True, evolve_schema=False) == (
+        "MERGE INTO delta.`/t` t USING `v` s ON t.`id` <=> s.`id` "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+def test_a_connect_client_process_is_told_how_to_reach_files_under_a_uri_root(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # what pyspark sets once a Connect session exists
+    with pytest.raises(fs.RemoteFilesUnreachable) as e:
+        fs.read_text("s3a://bucket/joinshift/stream_runs/p.json")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("s3a://bucket/joinshift/stream_runs/p.json: with spark_remote set")
+    assert "local or mounted storage_root" in msg and "unset JOINSHIFT_SPARK_REMOTE" in msg
+    fs.write_text(tmp_path / "x.json", "{}")  # a local root needs no JVM: unchanged
+    assert fs.read_text(tmp_path / "x.json") == "{}"
+
+
+def test_the_local_server_listens_on_loopback_with_a_joinshift_drivers_settings(tmp_path):
+    from jobs.local.spark_connect import DEFAULT_PORT, SERVER_CLASS, SparkConnectServer, configured_port
+    from jobs.settings import Settings
+
+    assert configured_port("sc://127.0.0.1:15099") == 15099
+    assert configured_port("sc://localhost") == DEFAULT_PORT
+    assert configured_port("sc://spark-connect:15002") is None  # someone else's server
+    assert configured_port("") is None
+    s = Settings(storage_root=str(tmp_path / "storage"), log_dir=str(tmp_path / "logs"))
+    server = SparkConnectServer(s, root=tmp_path / "sc")
+    assert server.port == DEFAULT_PORT and server.url == f"sc://127.0.0.1:{DEFAULT_PORT}"
+    cmd = server.command(15123)
+    conf = dict(c.split("=", 1) for c in cmd[cmd.index("--class") + 3 :: 2] if "=" in c)
+    assert cmd[cmd.index("--class") + 1] == SERVER_CLASS and cmd[-1] == "spark-internal"
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert conf["spark.connect.grpc.binding.port"] == "15123"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert (
+        "spark-sql-kafka" in conf["spark.jars"]
+        and "log4j2-spark-connect.properties" in conf["spark.driver.extraJavaOptions"]
+    )
+    free = SparkConnectServer(s, port=0, root=tmp_path / "sc")
+    assert free.port != DEFAULT_PORT and free.port == free.port  # a free one, picked once
+
+
+def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
+    """pyspark alone would retry for minutes; the CLI names what to do and exits 1 (a child
+    process: settings are read once per process, and this one may hold a local driver)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from jobs.local.kafka_setup import free_ports
+
+    url = f"sc://127.0.0.1:{free_ports(1)[0]}"
+    env = {**os.environ, "JOINSHIFT_SPARK_REMOTE": url, "JOINSHIFT_LOG_DIR": str(tmp_path)}
+    t = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "compare", "--ds", "2026-11-19"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - t < 30
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.strip() == (
+        f"joinshift compare: no Spark Connect server answers at {url} (spark_remote): start one "
+        "(`joinshift spark-server start`) or unset JOINSHIFT_SPARK_REMOTE to use a Spark of this process"
+    )
