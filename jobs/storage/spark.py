@@ -12,6 +12,7 @@ import contextlib
 import glob
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -105,6 +106,7 @@ def get_spark(
         return active
     s = s or settings()
     Path(s.log_dir).mkdir(parents=True, exist_ok=True)
+    _python_for_workers(s.spark_master)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(s.spark_master)
@@ -122,6 +124,17 @@ def get_spark(
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
     log.info("Spark %s session on %s", spark.version, s.spark_master)
     return spark
+
+
+def _python_for_workers(master: str) -> None:
+    """Python UDFs (an Avro side's decoder, :mod:`jobs.join.avro`) run in worker processes that
+    PySpark starts as ``PYSPARK_PYTHON``, by default ``python3`` on the PATH: not this virtualenv's
+    unless it is activated. When the executors run on this machine (a local master, or a cluster
+    on loopback), they use this interpreter; elsewhere set ``PYSPARK_PYTHON`` to the executors'
+    Python (it needs fastavro, pandas and pyarrow)."""
+    on_this_machine = master.startswith("local") or any(h in master for h in ("//127.0.0.1:", "//localhost:"))
+    if "PYSPARK_PYTHON" not in os.environ and on_this_machine:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
@@ -145,7 +158,6 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     """Start the driver JVM (py4j gateway) as pyspark would, its stderr forwarded line by line
     less :data:`_HARMLESS_JVM_LINES`, so a run that succeeds prints nothing."""
     import subprocess
-    import sys
     import threading
     from typing import IO
 
