@@ -9,9 +9,15 @@ paths), how times are written, where the arrival time comes from and how an id i
 the schema does not name is kept and counted as schema drift (``_drift``) under the default
 ``unknown_fields: keep``.
 
+A side with ``format.encoding: avro`` is decoded first (:func:`jobs.join.avro.decoded`: the
+writer schema from the spec, Confluent framing optional) into the JSON text of its record; every
+check below then reads that JSON. Its quarantined ``raw_value`` is the value's bytes in base64
+(the bytes are not text); a JSON side's is the value as text.
+
 Reason codes (first failing check wins):
 
 ==========================  ==========================================================
+``malformed_avro``          ``encoding: avro`` and the value does not decode (``_detail``: why)
 ``malformed_json``          the value is not a JSON object
 ``null_id``                 the event id is missing or null
 ``null_key``                a join-key column is missing or null
@@ -30,8 +36,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from jobs.join.avro import decoded
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION
 from jobs.spec import SCHEMA_TYPES, JoinSpec, StreamSpec, UnknownFields
+from jobs.spec.avro import Encoding
 from jobs.spec.source import SourceFormat, TimeFormat, top_field
 
 #: An ISO time that carries its own offset (``Z``, ``+02:00``, ``-0500``): no zone is applied to it.
@@ -40,6 +48,7 @@ _HAS_OFFSET = r"\d{2}:\d{2}(:\d{2}([.,]\d+)?)?\s*(Z|z|[+-]\d{2}(:?\d{2})?)$"
 _EPOCH_LIMITS = {"epoch_s": 1e12, "epoch_ms": 1e15, "epoch_us": 1e18}
 
 REASONS = (
+    "malformed_avro",
     "malformed_json",
     "null_id",
     "null_key",
@@ -102,7 +111,7 @@ def _field(fmt: SourceFormat, column: str) -> Column:
     path = fmt.path(column)
     if top_field(path) == path[2:]:
         return F.col("_fields").getItem(path[2:])
-    return F.get_json_object(F.col("_raw_value"), path)
+    return F.get_json_object(F.col("_json"), path)
 
 
 def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFrame:
@@ -112,16 +121,21 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     ``unknown_fields: keep``). Works on batch and streaming DataFrames alike.
     """
     fmt = stream.format
-    fields = F.from_json(F.col("value").cast("string"), "map<string,string>")
+    avro = fmt.avro if fmt.encoding == Encoding.avro else None
     df = raw.select(
         F.col("key").cast("string").alias("_raw_key"),
-        F.col("value").cast("string").alias("_raw_value"),
+        (F.base64("value") if avro else F.col("value").cast("string")).alias("_raw_value"),
         F.col("topic").alias("_topic"),
         F.col("partition").alias(PARTITION),
         F.col("offset").alias(OFFSET),
         F.col("timestamp").alias("_record_ts"),
-        fields.alias("_fields"),
+        # the value as JSON text: an Avro value decoded (struct of json, error), a JSON value as it is
+        (decoded(F.col("value"), avro) if avro else F.col("value").cast("string")).alias("_decoded"),
     )
+    if avro:
+        df = df.select("*", F.col("_decoded.json").alias("_json"), F.col("_decoded.error").alias("_avro_error"))
+    df = df.withColumnRenamed("_decoded", "_json") if not avro else df.drop("_decoded")
+    df = df.withColumn("_fields", F.from_json("_json", "map<string,string>"))
     schema = stream.schema_
     made_id = bool(fmt.id_from)
     raw_of = {c: _field(fmt, c) for c in schema if not (made_id and c == stream.id)}
@@ -129,7 +143,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     if made_id:  # no id in the data: a hash of the chosen fields' text (a missing field hashes as \0)
         parts = [F.coalesce(raw_of[c], F.lit("\u0000")) for c in fmt.id_from]
         typed[stream.id] = F.substring(F.sha2(F.concat_ws("\u001f", *parts), 256), 1, 32)
-    arrival_raw = F.get_json_object(F.col("_raw_value"), fmt.arrival_field) if fmt.arrival_field else None
+    arrival_raw = F.get_json_object(F.col("_json"), fmt.arrival_field) if fmt.arrival_field else None
     arrival_col = parse_time(arrival_raw, fmt) if arrival_raw is not None else F.col("_record_ts")
     df = df.select("*", arrival_col.alias(ARRIVAL_TIME), *[typed[c].alias(c) for c in schema])
 
@@ -145,6 +159,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     et, arrival = F.col(stream.event_time), F.col(ARRIVAL_TIME)
 
     checks: list[tuple[Column, str, Column]] = [
+        *([(F.col("_avro_error").isNotNull(), "malformed_avro", F.col("_avro_error"))] if avro else []),
         (F.col("_fields").isNull(), "malformed_json", F.lit(None)),
         (F.col(stream.id).isNull(), "null_id", F.lit(stream.id)),
         (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key", F.lit(",".join(stream.key))),
@@ -178,7 +193,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
         .withColumn("_detail", detail)
         .withColumn("_drift", drift if spec.unknown_fields == UnknownFields.keep else F.lit(None).cast("string"))
         .withColumn("ds", arrival_ds(F.coalesce(F.col(ARRIVAL_TIME), F.col("_record_ts")), spec.timezone))
-        .drop("_fields")
+        .drop("_fields", "_json", *(["_avro_error"] if avro else []))
     )
 
 

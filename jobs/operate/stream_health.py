@@ -41,9 +41,11 @@ import numpy as np
 import pandas as pd
 
 from jobs.accuracy.pt_estimator import PTEstimator
+from jobs.join.avro import decode_or_why
 from jobs.operate.health import health_log, kafka_lag, restart_log
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
+from jobs.spec.avro import Encoding
 from jobs.storage import kafka
 from jobs.storage.progress import JOIN_QUERY, recent_progress
 from jobs.storage.stream_runs import topics_read
@@ -292,9 +294,13 @@ def _event_times(spec: JoinSpec, progress: list[dict[str, Any]], bootstrap: str,
                 span[part] = (min(lo, s0), max(hi, e0))
         got = kafka.read_ranges(bootstrap, {topic: span}, max_records=max_records, timeout_s=timeout_s)[topic]
         by_pos: dict[tuple[int, int], Any] = {}
+        avro = st.format.avro if st.format.encoding == Encoding.avro else None
         for part, off, value in got:
+            text = decode_or_why(value, avro)[0] if avro is not None else value  # Avro: its record's JSON
+            if text is None:  # an Avro value that does not decode
+                continue
             with contextlib.suppress(ValueError, TypeError, AttributeError):
-                by_pos[(part, off)] = json.loads(value).get(st.event_time)
+                by_pos[(part, off)] = json.loads(text).get(st.event_time)
         batches = []
         for r in per_batch:
             raw = [by_pos[(p, o)] for p, (s0, e0) in r.items() for o in range(s0, e0) if (p, o) in by_pos]

@@ -18,10 +18,11 @@ the *left* stream drives the join; each left event has its own *window* on the r
 from __future__ import annotations
 
 import re
+import types
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -37,6 +38,7 @@ from pydantic import (
 )
 
 from jobs.settings import PROJECT_ROOT
+from jobs.spec.avro import READ_FILES, SPEC_DIR
 from jobs.spec.duration import Duration, format_duration
 from jobs.spec.source import BatchTable, SourceFormat
 
@@ -411,24 +413,36 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join("schema" if p == "schema_" else str(p) for p in loc) or "(top level)"
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: ``Model`` or ``Model | None``."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        models = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = models[0] if len(models) == 1 else None
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        inner = _model_of(field.annotation) if field is not None else None
+        if inner is None:
             return []
-        model = field.annotation
+        model = inner
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
-def validate_model(model: type[BaseModel], data: Any, source: str, what: str) -> Any:
+def validate_model(
+    model: type[BaseModel], data: Any, source: str, what: str, context: dict[str, Any] | None = None
+) -> Any:
     """Validate ``data`` into ``model``; a :class:`SpecError` names every bad field and what is allowed.
 
-    Shared by join specs and workload files, so both fail the same helpful way.
+    Shared by join specs and workload files, so both fail the same helpful way. ``context`` is
+    pydantic's validation context (a spec's folder: :data:`jobs.spec.avro.SPEC_DIR`).
     """
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a {what} is a YAML mapping, got {type(data).__name__}")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
@@ -452,15 +466,23 @@ def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
         raise SpecError(f"{p}: not valid YAML: {exc}") from None
 
 
-def parse_spec(data: Any, source: str = "<spec>") -> JoinSpec:
-    """Validate a mapping (parsed YAML) into a :class:`JoinSpec`; errors name every bad field."""
-    return validate_model(JoinSpec, data, source, "join spec")
+def parse_spec(data: Any, source: str = "<spec>", folder: str | Path | None = None) -> JoinSpec:
+    """Validate a mapping (parsed YAML) into a :class:`JoinSpec`; errors name every bad field.
+    Files the spec names (Avro schemas) are relative to ``folder`` (default: the current directory)."""
+    context = {SPEC_DIR: str(folder)} if folder is not None else None
+    return validate_model(JoinSpec, data, source, "join spec", context)
 
 
 def load_spec(path: str | Path) -> JoinSpec:
-    """Read and validate a join spec YAML file."""
+    """Read and validate a join spec YAML file (files it names are relative to its folder)."""
     data, source = read_yaml(path, "join spec")
-    return parse_spec(data, source=source)
+    return parse_spec(data, source=source, folder=Path(path).resolve().parent)
+
+
+def recorded_spec(text: str) -> JoinSpec:
+    """A spec recorded as JSON earlier (a checkpoint's), to compare with: the files it names
+    (Avro schemas) are not read, since they may have moved or changed since."""
+    return JoinSpec.model_validate_json(text, context={READ_FILES: False})
 
 
 def spec_path(path: str | Path | None = None) -> Path:

@@ -308,6 +308,29 @@ RULES: list[tuple[str, str, str]] = [
         "but replay from a point after the last old output (joinshift replay) if that matters.",
     ),
     (
+        "side.format.encoding",
+        REUSE_WARN,
+        "{field}: how the topic's values are written (JSON or Avro). The state holds parsed rows either way, so "
+        "the checkpoint is reusable, but the stream continues at its offsets and reads every value from there in "
+        "the new encoding: values still unread in the old one are quarantined (malformed_avro / malformed_json), "
+        "as is every old value a landing re-run reads. Restart where the producers switched, or publish the new "
+        "encoding to a new topic (a topic change needs a fresh checkpoint and replay).",
+    ),
+    (
+        "side.format.avro.schemas.*",
+        REUSE_WARN,
+        "{field}: the writer schema of a registry id (Confluent framing). Adding an id is safe: values written "
+        "with it decode from now on. Changing or removing one changes how values with that id decode from now "
+        "on (a removed id's values are quarantined as malformed_avro); values already read are not re-read.",
+    ),
+    (
+        "side.format.avro*",
+        REUSE_WARN,
+        "{field} changes how Avro values decode (writer schema, framing). Reusable (the state holds parsed rows), "
+        "but values read from now on may decode into other fields or be quarantined as malformed_avro; values "
+        "already read are not re-read. The planner compares schema file paths, not the files' contents.",
+    ),
+    (
         "side.format.*",
         REUSE_WARN,
         "{field} is a parse rule applied before the join (how the topic's records are read). Reusable, but it "
@@ -405,6 +428,8 @@ def plan(deployed: JoinSpec, proposed: JoinSpec) -> Plan:
         if pattern == "side.schema.*":
             what = "added" if old is None else "removed" if new is None else f"retyped {old} -> {new}"
             reason = reason.replace(f"{path}:", f"{path}: column {what};", 1)
+        if pattern == "side.format.avro.schemas.*" and old is None:  # a new id: nothing decodes differently
+            effect = REUSE_OK
         changes.append(FieldChange(path, old, new, effect, reason))
     if any(c.effect == NEEDS_FRESH for c in changes):
         action = FRESH

@@ -13,11 +13,23 @@ whose keys are the schema's columns, ISO-8601 times, arrival = the Kafka record 
       arrival: record_timestamp    # or a JSON path: $.received_at (read with time_format)
       arrival_slack: 1h            # with an arrival field: how far the record timestamp may be from it
       id_from: [session_id, event_time, position]   # the id column is a hash of these (no id in the data)
+      encoding: json               # or avro: the value is Avro, decoded to the same JSON first
+      avro: {schema: v2.avsc, framing: confluent, schemas: {1: v1.avsc, 2: v2.avsc}}   # see jobs.spec.avro
 
 The Kafka record timestamp is what the topic stores: the producer's clock (CreateTime, most
 topics) or the broker's append time (``message.timestamp.type=LogAppendTime``). Arrival decides
 the ds a record lands in, its validity (``timestamp_validity``) and the replay order, so point
 ``arrival`` at a field when the producer's clock is not the time the event reached you.
+
+An Avro value (``encoding: avro``) is decoded into the JSON text of its record before anything
+else reads it, so ``fields``, ``time_format``, ``arrival`` and ``id_from`` mean the same for both
+encodings: the record's fields are the JSON's keys, nested records nested objects. Avro's
+``timestamp-millis``/``-micros`` come out as ISO-8601 times with an offset (``time_format: iso``
+reads them), ``local-timestamp-*`` without one (``time_zone`` applies), ``date`` as ``2026-11-20``;
+a plain ``long`` time is a number (``epoch_ms`` etc.). Bytes and fixed come out as base64,
+decimals and UUIDs as text. A top-level field whose value is null is left out, as a JSON producer
+would (``to_json``), so a field a newer schema added counts as schema drift only where it holds a
+value.
 """
 
 from __future__ import annotations
@@ -27,8 +39,9 @@ from datetime import timedelta
 from enum import Enum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from jobs.spec.avro import AvroFormat, Encoding
 from jobs.spec.duration import Duration
 
 #: ``$.a.b``, ``$.a[0].b`` or the short ``a.b``: what Spark's ``get_json_object`` reads.
@@ -68,6 +81,8 @@ class SourceFormat(BaseModel):
         default=timedelta(hours=1), description="with an arrival field: how far the record timestamp may be from it"
     )
     id_from: list[str] = Field(default_factory=list, description="columns whose values make the id (hashed)")
+    encoding: Encoding = Field(default=Encoding.json, description="json | avro: how a value is written")
+    avro: AvroFormat | None = Field(default=None, description="encoding avro: writer schema(s) and framing")
 
     @field_validator("fields")
     @classmethod
@@ -101,6 +116,14 @@ class SourceFormat(BaseModel):
         if v != RECORD_TIMESTAMP and not _PATH.match(v):
             raise ValueError(f"{v!r}: use {RECORD_TIMESTAMP} or a JSON path to the arrival time, e.g. $.received_at")
         return v
+
+    @model_validator(mode="after")
+    def _encoding(self) -> SourceFormat:
+        if self.encoding == Encoding.avro and self.avro is None:
+            raise ValueError("encoding avro needs the writer schema: avro: {schema: <file>.avsc}")
+        if self.encoding == Encoding.json and self.avro is not None:
+            raise ValueError("avro is read only with encoding: avro")
+        return self
 
     @property
     def arrival_field(self) -> str | None:

@@ -10,6 +10,14 @@ The arrival time is the side's ``format.arrival`` field when the spec names one,
 column ``--arrival COLUMN``; it is read with the side's ``format.time_format`` and ``time_zone``
 (the same parser the join uses).
 
+A side with ``format.encoding: avro`` gets Avro values: each row's JSON object written with the
+side's writer schema (``avro.schema``: a field the schema does not have is left out, a schema
+field the row lacks takes its default, a value of the wrong type refuses the import, naming it),
+framed as ``avro.framing`` says; Confluent framing writes the registry id ``avro.schemas`` lists
+``schema`` under (without ``schemas`` there is no id to write: the import is refused). Key and
+arrival are then read from the value decoded back, as the stream will read it, so
+``time_format`` describes the decoded record (ISO for ``timestamp-millis``).
+
     joinshift import --spec my.yaml --left searches.parquet --right clicks.csv --arrival received_at
 """
 
@@ -22,8 +30,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.join.avro import decoded, encoded
 from jobs.join.records import parse_time
 from jobs.spec import JoinSpec
+from jobs.spec.avro import Encoding, Framing
 from jobs.storage import kafka
 from jobs.storage.delta_io import MissingInput
 
@@ -49,27 +59,45 @@ def read_rows(spark: SparkSession, path: str) -> DataFrame:
 
 
 def to_records(rows: DataFrame, spec: JoinSpec, side: str, arrival: str | None) -> DataFrame:
-    """Pure core: file rows -> (topic, key, value, arrival_ms) of one side; rows without a parsable
-    arrival time are refused by the caller (a record needs a timestamp)."""
+    """Pure core: file rows -> (topic, key, value, arrival_ms, error) of one side; the value is
+    bytes (UTF-8 JSON, or Avro for an Avro side), ``error`` says why a row could not be written
+    as Avro. Rows with an error or without a parsable arrival time are refused by the caller."""
     st = spec.side(side)
-    value = F.to_json(F.struct(*[F.col(f"`{c}`") for c in rows.columns]))
-    if st.format.arrival_field:  # the spec names the field: it wins, so the record timestamp agrees with it
-        raw_arrival = F.get_json_object(value, st.format.arrival_field)
-    elif arrival is None:
+    if not st.format.arrival_field and arrival is None:
         raise ImportRefused(
             f"the {side} file needs an arrival time: name its column with --arrival, or set "
             f"{side}.format.arrival in the spec to the field that holds it"
         )
-    elif arrival not in rows.columns:
+    if not st.format.arrival_field and arrival not in rows.columns:
         raise ImportRefused(f"the {side} file has no column {arrival!r} (columns: {', '.join(rows.columns)})")
+    text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in rows.columns]))
+    # --arrival: a column of the file, read as the file has it (a spec's arrival field is read from the value)
+    column = F.lit(None) if st.format.arrival_field else F.col(f"`{arrival}`").cast("string")
+    avro = st.format.avro if st.format.encoding == Encoding.avro else None
+    if avro is None:
+        rows = rows.select(
+            text.alias("_json"), text.cast("binary").alias("_value"), F.lit(None).alias("_error"), column.alias("_at")
+        )
+    elif avro.framing == Framing.confluent and avro.write_id is None:
+        raise ImportRefused(
+            f"{side}.format.avro: confluent framing writes the writer schema's registry id; list "
+            f"{side}.format.avro.schema under its id in avro.schemas, e.g. {{1: {avro.schema_}}}"
+        )
+    else:  # key and arrival field from the value decoded back: what the stream will read
+        enc = rows.select(encoded(text, avro).alias("_enc"), column.alias("_at"))
+        enc = enc.select(F.col("_enc.value").alias("_value"), F.col("_enc.error").alias("_error"), "_at")
+        rows = enc.select("*", decoded(F.col("_value"), avro).getField("json").alias("_json"))
+    if st.format.arrival_field:  # the spec names the field: it wins, so the record timestamp agrees with it
+        raw_arrival = F.get_json_object(F.col("_json"), st.format.arrival_field)
     else:
-        raw_arrival = F.col(f"`{arrival}`").cast("string")
-    keys = [F.get_json_object(value, st.format.path(k)) for k in st.key]
+        raw_arrival = F.col("_at")
+    keys = [F.get_json_object(F.col("_json"), st.format.path(k)) for k in st.key]
     return rows.select(
         F.lit(st.topic).alias("topic"),
         (keys[0] if len(keys) == 1 else F.concat_ws("|", *keys)).alias("key"),
-        value.alias("value"),
+        F.col("_value").alias("value"),
         F.unix_millis(parse_time(raw_arrival, st.format)).alias("arrival_ms"),
+        F.col("_error").cast("string").alias("error"),
     )
 
 
@@ -90,13 +118,22 @@ def import_files(
     frames = [to_records(read_rows(spark, path), spec, side, arrival) for side, path in files.items()]
     merged = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
     records: Any = merged.toPandas()
+    records["value"] = [bytes(v) if v is not None else None for v in records.value]  # bytearray -> bytes
+    unfit = records.error.notna()
+    if unfit.any():
+        first = records[unfit].iloc[0]
+        raise ImportRefused(
+            f"{int(unfit.sum())} rows do not fit topic {first.topic}'s Avro writer schema (first: {first.error}); "
+            "fix the file's columns or the schema (a CSV holds only text: write Parquet or JSON lines)"
+        )
     bad = records.arrival_ms.isna()
     if bad.any():
         first = records[bad].iloc[0]
         raise ImportRefused(
             f"{int(bad.sum())} rows have no arrival time the side's format.time_format can read "
-            f"(first: topic {first.topic}, value {first.value[:120]}); fix the column or the format"
+            f"(first: topic {first.topic}, value {first.value[:120]!r}); fix the column or the format"
         )
+    records = records.drop(columns="error")
     records = records.astype({"arrival_ms": "int64"}).sort_values("arrival_ms", kind="stable", ignore_index=True)
     for side in files:
         kafka.create_topic(bootstrap, spec.side(side).topic, partitions=partitions)

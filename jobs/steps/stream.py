@@ -36,7 +36,7 @@ from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings
-from jobs.spec import Cardinality, JoinSpec
+from jobs.spec import Cardinality, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
 from jobs.storage import delta_io, fs, kafka
 from jobs.storage.checkpoints import SPEC_RECORD, batch_ids, checkpoint_query_id
@@ -128,7 +128,7 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     the checkpoint continues with."""
     cp, record = checkpoint, fs.join(checkpoint, SPEC_RECORD)
     if fs.exists(record) and batch_ids(fs.join(cp, "commits")):  # a checkpoint with no committed batch holds no state
-        built = JoinSpec.model_validate_json(fs.read_text(record))
+        built = recorded_spec(fs.read_text(record))
         blocking = plan(built, spec).blocking
         if blocking:
             fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)

@@ -18,6 +18,7 @@ import contextlib
 import glob
 import logging
 import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -171,6 +172,7 @@ def get_spark(
     s = s or settings()
     if s.spark_remote and not classic:
         return _connect(app_name, s, extra_conf)
+    _python_for_workers(s.spark_master)
     builder = SparkSession.builder.appName(app_name)
     for k, v in session_conf(s, extra_conf).items():
         builder = builder.config(k, v)
@@ -210,6 +212,17 @@ def _connect(app_name: str, s: Settings, extra_conf: dict[str, str] | None) -> S
     return spark
 
 
+def _python_for_workers(master: str) -> None:
+    """Python UDFs (an Avro side's decoder, :mod:`jobs.join.avro`) run in worker processes that
+    PySpark starts as ``PYSPARK_PYTHON``, by default ``python3`` on the PATH: not this virtualenv's
+    unless it is activated. When the executors run on this machine (a local master, or a cluster
+    on loopback), they use this interpreter; elsewhere set ``PYSPARK_PYTHON`` to the executors'
+    Python (it needs fastavro, pandas and pyarrow)."""
+    on_this_machine = master.startswith("local") or any(h in master for h in ("//127.0.0.1:", "//localhost:"))
+    if "PYSPARK_PYTHON" not in os.environ and on_this_machine:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
 def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
     """Give a running session the ``spark.hadoop.*`` keys of ``s`` (Spark reads them only when it
     starts): a storage root on a file system the session was not started for (a test's S3 server)
@@ -231,7 +244,6 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     """Start the driver JVM (py4j gateway) as pyspark would, its stderr forwarded line by line
     less :data:`_HARMLESS_JVM_LINES`, so a run that succeeds prints nothing."""
     import subprocess
-    import sys
     import threading
     from typing import IO
 

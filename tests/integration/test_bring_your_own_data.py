@@ -2,7 +2,9 @@
 service's requests (nested JSON, epoch-ms times, arrival in a field, a field added mid-way) and its
 drivers' pickups (CSV, local Chicago time without an offset, no id), under
 ``tests/data/byod/``. Every step is the CLI a user runs, on the real broker, Spark and Delta:
-import the two files, land, run the batch baselines and the stream, compare, recommend.
+import the two files, land, run the batch baselines and the stream, compare, recommend. The
+requests again as Avro (Confluent framing, two schema ids exported to ``.avsc`` files, no
+registry) join to the same pairs.
 
 The oracle is pandas over the two files, written here from the data's own description: a pickup
 matches a request of the same rider within [0, +30m]; a request's ds is the UTC day it was
@@ -50,6 +52,15 @@ def oracle() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return req, pick, pairs
 
 
+def matched(spark, tables, variant: str) -> set[tuple]:
+    """(request id, rider, pickup time) of the matched rows a variant wrote."""
+    out = spark.read.format("delta").load(tables.output(variant)).where("right_pickup_time IS NOT NULL")
+    return {
+        (r.left_request_id, r.right_rider, pd.Timestamp(r.right_pickup_time).tz_localize("UTC"))
+        for r in out.select("left_request_id", "right_rider", "right_pickup_time").collect()
+    }
+
+
 def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(spark, kafka, test_settings, capsys):
     from jobs.spec import load_spec
     from jobs.storage.tables import Tables
@@ -78,18 +89,10 @@ def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(spark
     assert statuses == ["done"] * 8  # the 22nd has landed: no variant waits
 
     tables = Tables.of(spec, test_settings)
-
-    def matched(variant: str) -> set[tuple]:
-        out = spark.read.format("delta").load(tables.output(variant)).where("right_pickup_time IS NOT NULL")
-        return {
-            (r.left_request_id, r.right_rider, pd.Timestamp(r.right_pickup_time).tz_localize("UTC"))
-            for r in out.select("left_request_id", "right_rider", "right_pickup_time").collect()
-        }
-
     expected = {(r.request_id, r.rider, r.pickup_time) for r in pairs.itertuples()}
-    assert matched("reference") == expected
+    assert matched(spark, tables, "reference") == expected
     assert main(["stream", *args, "--available-now"]) == 0
-    assert matched("stream") == expected  # one micro-batch, nothing late: the stream sees every pair
+    assert matched(spark, tables, "stream") == expected  # one micro-batch, nothing late: the stream sees every pair
     ids = spark.read.format("delta").load(tables.landed("right")).select("pickup_id").distinct().count()
     assert ids == len(pick)  # the id made from rider, pickup time and driver is unique per pickup
 
@@ -167,3 +170,100 @@ def test_the_batch_side_reads_the_batch_jobs_own_tables_without_landing(spark, t
         main(["batch", "--spec", bad_path, "--ds", "2026-11-20"])
     err = capsys.readouterr().err
     assert exc.value.code == 1 and "has no column request_id, rider" in err and "batch_table.columns" in err
+
+
+def test_avro_requests_under_two_schema_ids_join_like_the_json_ones(spark, kafka, test_settings, tmp_path, capsys):
+    """The requests as Avro in Confluent framing with no registry: servers still on schema id 1
+    and servers on id 2 (which added ``app_version``) write the same topic, in arrival order, with
+    three values a registry-aware consumer would choke on; the pickups come in by ``joinshift
+    import`` as JSON. A landed day, its batch_1d_windowed and the stream equal the oracle, drift is
+    counted as from JSON, the three are quarantined as ``malformed_avro`` with their bytes, and
+    ``joinshift import`` writes the v2 records byte for byte as a v2 producer does."""
+    import base64
+    import io
+    import shutil
+    import struct
+
+    import fastavro
+    import yaml
+
+    from jobs.spec import load_spec
+    from jobs.steps.importing import read_rows, to_records
+    from jobs.storage import kafka as kafka_io
+    from jobs.storage.tables import Tables
+
+    req, pick, pairs = oracle()
+    (tmp_path / "schemas").mkdir()
+    for v in (1, 2):
+        shutil.copy(DATA / f"ride_request_v{v}.avsc", tmp_path / "schemas")
+    data = yaml.safe_load((DATA / "rides.yaml").read_text())
+    data["pipeline"] = "rides_avro"
+    data["left"]["topic"], data["right"]["topic"] = "ride_requests_avro", "pickups_avro"
+    data["left"]["format"].pop("time_format")  # timestamp-millis decodes to ISO times
+    data["left"]["format"]["encoding"] = "avro"
+    data["left"]["format"]["avro"] = {  # relative to the spec's folder
+        "schema": "schemas/ride_request_v2.avsc",
+        "framing": "confluent",
+        "schemas": {v: f"schemas/ride_request_v{v}.avsc" for v in (1, 2)},
+    }
+    (tmp_path / "rides_avro.yaml").write_text(yaml.safe_dump(data))
+    args = ["--spec", str(tmp_path / "rides_avro.yaml")]
+    spec = load_spec(tmp_path / "rides_avro.yaml")
+    tables = Tables.of(spec, test_settings)
+
+    rows = [json.loads(line) for line in (DATA / "ride_requests.jsonl").read_text().splitlines()]
+    writers = {v: fastavro.parse_schema(json.loads((DATA / f"ride_request_v{v}.avsc").read_text())) for v in (1, 2)}
+
+    def framed(row: dict, schema_id: int) -> bytes:
+        out = io.BytesIO()
+        out.write(struct.pack(">bi", 0, schema_id))
+        fastavro.schemaless_writer(out, writers[schema_id], row)
+        return out.getvalue()
+
+    sent = [(r["received_at"], framed(r, 2 if "app_version" in r else 1)) for r in rows]
+    broken = [  # a record written as JSON, one under an id nobody exported, one cut short
+        json.dumps(rows[0]).encode(),
+        struct.pack(">bi", 0, 7) + sent[1][1][5:],
+        sent[2][1][:-6],
+    ]
+    sent += [(rows[i]["received_at"] + 1, value) for i, value in enumerate(broken)]
+    producer = kafka_io.producer(kafka)
+    for ts, value in sorted(sent, key=lambda x: x[0]):
+        producer.send("ride_requests_avro", key=b"k", value=value, timestamp_ms=ts)
+    producer.flush()
+    producer.close()
+    assert main(["import", *args, "--right", str(DATA / "pickups.csv"), "--arrival", "uploaded_at"]) == 0
+
+    imported = to_records(read_rows(spark, str(DATA / "ride_requests.jsonl")), spec, "left", None).collect()
+    by_arrival = {r.arrival_ms: bytes(r.value) for r in imported}
+    assert all(by_arrival[r["received_at"]] == framed(r, 2) for r in rows if "app_version" in r)
+
+    # one day, both sides: what batch_1d_windowed reads (a short test; the JSON one lands every day)
+    capsys.readouterr()
+    assert main(["land", *args, "--ds", "2026-11-20"]) == 0
+    landed = json.loads(capsys.readouterr().out)["left"]
+    day = req[req.ds == DAYS[0]]
+    assert landed["records"] == len(day) + len(broken)
+    assert landed["quarantined"] == {"malformed_avro": 3}
+    assert landed["schema_drift"] == {"app_version": int(day.drift.sum())}  # as from JSON: counted where set
+    q = spark.read.format("delta").load(tables.quarantine).where("reason = 'malformed_avro'").collect()
+    assert sorted(base64.b64decode(r.raw_value) for r in q) == sorted(broken)  # the bytes as sent
+    assert sorted(r.detail.split(":")[0] for r in q) == [
+        "magic byte 0x7b, not 0x00",
+        "schema id 7 not in avro.schemas (1, 2)",
+        "truncated",
+    ]
+    landed_times = spark.read.format("delta").load(tables.landed("left")).select("request_id", "requested_at")
+    assert {r.request_id: pd.Timestamp(r.requested_at).tz_localize("UTC") for r in landed_times.collect()} == dict(
+        zip(day.request_id, day.requested_at)
+    )  # timestamp-millis read as the instants the JSON's epoch milliseconds are
+
+    assert main(["batch", *args, "--ds", "2026-11-20", "--variant", "batch_1d_windowed"]) == 0
+    assert main(["stream", *args, "--available-now"]) == 0
+
+    uploaded = pd.to_datetime(pairs.uploaded_at).dt.tz_localize("America/Chicago").dt.tz_convert("UTC").dt.date
+    same_day = pairs[(pairs.ds == DAYS[0]) & (uploaded == DAYS[0])]  # both arrived on the ds
+    assert matched(spark, tables, "batch_1d_windowed") == {
+        (r.request_id, r.rider, r.pickup_time) for r in same_day.itertuples()
+    }
+    assert matched(spark, tables, "stream") == {(r.request_id, r.rider, r.pickup_time) for r in pairs.itertuples()}

@@ -23,9 +23,16 @@ def spec_with(fmt: dict, *, unknown_fields: str = "keep", extra: dict | None = N
     return parse_spec(data)
 
 
-def parse(spark, spec, values: list[dict | str]) -> list:
+def parse(spark, spec, values: list[dict | str | bytes]) -> list:
     rows = [
-        (b"k", (v if isinstance(v, str) else json.dumps(v)).encode(), "t", 0, i, RECORD_TS)
+        (
+            b"k",
+            v if isinstance(v, bytes) else (v if isinstance(v, str) else json.dumps(v)).encode(),
+            "t",
+            0,
+            i,
+            RECORD_TS,
+        )
         for i, v in enumerate(values)
     ]
     df = parse_records(spark.createDataFrame(rows, RAW_SCHEMA), spec.right, spec)
@@ -129,6 +136,46 @@ def test_a_bad_format_names_the_field(fmt, named):
     with pytest.raises(SpecError, match=r"  right[.:]") as exc:
         parse_spec(data)
     assert named in str(exc.value) and "format" in str(exc.value)
+
+
+def test_avro_values_parse_like_json_and_one_that_does_not_decode_is_quarantined_with_its_bytes(spark, tmp_path):
+    import base64
+    import io
+    import struct
+
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "Tiny",
+        "fields": [
+            {"name": "meta", "type": {"type": "record", "name": "Meta", "fields": [{"name": "id", "type": "string"}]}},
+            {"name": "k", "type": ["null", "string"], "default": None},
+            {"name": "t", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        ],
+    }
+    (tmp_path / "tiny.avsc").write_text(json.dumps(schema))
+    avro = {"schema": str(tmp_path / "tiny.avsc"), "framing": "confluent", "schemas": {3: str(tmp_path / "tiny.avsc")}}
+    spec = spec_with({"encoding": "avro", "avro": avro, "fields": {"event_id": "$.meta.id"}})
+
+    def framed(record: dict, schema_id: int = 3) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, spec.right.format.avro.writer_schema, record)
+        return struct.pack(">bi", 0, schema_id) + out.getvalue()
+
+    good = framed({"meta": {"id": "E1"}, "k": "a", "t": 1795175940123456})
+    no_key = framed({"meta": {"id": "E2"}, "t": 1795175940123456})  # k null: the checks after decoding apply
+    bad = [b'{"event_id": "E3"}', framed({"meta": {"id": "E4"}, "t": 0}, 9), good[:-4]]
+    rows = parse(spark, spec, [good, no_key, *bad])
+    assert (rows[0]._reason, rows[0].event_id, rows[0].k, rows[0]._drift) == (None, "E1", "a", None)
+    assert rows[0].t.replace(tzinfo=UTC) == utc(2026, 11, 20, 11, 59, 0, 123456)  # timestamp-micros: an ISO time
+    assert (rows[1]._reason, rows[1].event_id) == ("null_key", "E2")
+    assert [(r._reason, r._detail.split(":")[0]) for r in rows[2:]] == [
+        ("malformed_avro", "magic byte 0x7b, not 0x00"),
+        ("malformed_avro", "schema id 9 not in avro.schemas (3)"),
+        ("malformed_avro", "truncated"),
+    ]
+    assert [base64.b64decode(r._raw_value) for r in rows[2:]] == bad  # the bytes, not a lossy text
 
 
 def test_the_default_format_is_joinshifts_own():
