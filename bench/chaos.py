@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from bench.scratch import scratch_settings
 from jobs.local.chaos import (
     chaos_run,
     isolated_spec,
@@ -29,7 +29,7 @@ from jobs.local.chaos import (
     publish_workload,
     reference_output,
 )
-from jobs.settings import PROJECT_ROOT, settings
+from jobs.settings import PROJECT_ROOT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,14 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.spark import get_spark
 
     root = Path(args.root)
-    shutil.rmtree(root, ignore_errors=True)
-    base_s = dataclasses.replace(
-        settings(),
-        kafka_home=str(root / "kafka"),
-        log_dir=str(root / "logs"),
-        spark_driver_memory="1g",
-        kafka_bootstrap="",
-    )
+    base_s = scratch_settings(root, spark_driver_memory="1g")
     ref_s = dataclasses.replace(base_s, storage_root=str(root / "reference"))
     run_s = dataclasses.replace(base_s, storage_root=str(root / "supervised"))
     base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")

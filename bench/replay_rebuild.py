@@ -21,15 +21,14 @@ the cut-over. Reported per rate:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import shutil
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from jobs.settings import PROJECT_ROOT, settings
+from bench.scratch import scratch_settings
+from jobs.settings import PROJECT_ROOT
 
 DEFAULT_CUTOVER = "2026-11-19T21:00:00Z"  # an hour after the generator's diurnal peak: the busiest window
 
@@ -108,14 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.spark import get_spark
 
     root = Path(args.root)
-    shutil.rmtree(root, ignore_errors=True)
-    s = dataclasses.replace(
-        settings(),
-        kafka_home=str(root / "kafka"),
-        log_dir=str(root / "logs"),
-        storage_root=str(root / "storage"),
-        kafka_bootstrap="",
-    )
+    s = scratch_settings(root)
     base = load_spec(args.spec)
     span = timedelta(seconds=base.window.span_seconds)
     broker = EmbeddedKafka(s)

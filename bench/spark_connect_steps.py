@@ -15,17 +15,16 @@ start, Spark session, the work, exit), and the ratio classic ÷ Connect; the ser
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from jobs.settings import PROJECT_ROOT, settings, settings_env
+from bench.scratch import scratch_settings
+from jobs.settings import PROJECT_ROOT, settings_env
 
 DS, NEXT = "2026-11-19", "2026-11-20"
 STEPS = [
@@ -35,22 +34,6 @@ STEPS = [
     ["quality", "run", "--ds", DS, "--kind", "raw_left"],  # + --dir: the bench's own suites
     ["recommend", "--ds", DS, "--json"],
 ]
-
-
-def _publish(base, spec, bootstrap: str, left_events: int, seed: int) -> int:
-    from jobs.storage.kafka import create_topic
-    from jobs.workload.generator import generate
-    from jobs.workload.params import WorkloadParams
-    from jobs.workload.publisher import publish
-
-    wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, seed=seed), base)
-    records = wl.records.assign(
-        topic=wl.records.topic.map({base.left.topic: spec.left.topic, base.right.topic: spec.right.topic})
-    )
-    for st in (spec.left, spec.right):
-        create_topic(bootstrap, st.topic)
-    publish(records, bootstrap)
-    return len(records)
 
 
 def _step(argv: list[str], spec_file: str, env: dict[str, str], suites: Path) -> float:
@@ -79,22 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     command = "python -m bench.spark_connect_steps " + " ".join(argv if argv is not None else sys.argv[1:])
 
+    from jobs.local.chaos import publish_workload
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.local.spark_connect import SparkConnectServer
     from jobs.quality.suites import write_suites
     from jobs.spec import load_spec, write_spec
 
     root = Path(args.root)
-    shutil.rmtree(root, ignore_errors=True)
-    s = dataclasses.replace(
-        settings(),
-        kafka_home=str(root / "kafka"),
-        log_dir=str(root / "logs"),
-        storage_root=str(root / "storage"),
-        local_root=str(root / "local"),
-        kafka_bootstrap="",
-        spark_remote="",
-    )
+    s = scratch_settings(root, local_root=str(root / "local"), spark_remote="")
     base = load_spec(args.spec)
     specs: dict[str, str] = {}
     for mode in ("classic", "connect"):
@@ -112,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SparkConnectServer(s, port=0, root=root / "spark-connect")
     times: dict[str, dict[str, list[float]]] = {m: {st[0]: [] for st in STEPS} for m in specs}
     try:
-        n = _publish(base, load_spec(specs["classic"]), bootstrap, args.left_events, args.seed)
+        n = publish_workload(base, load_spec(specs["classic"]), bootstrap, args.left_events, args.seed)
         t = time.monotonic()
         url = server.start()
         server_start = time.monotonic() - t

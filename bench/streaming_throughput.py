@@ -20,14 +20,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
 import time
 from datetime import date
 from pathlib import Path
 
-from jobs.settings import PROJECT_ROOT, settings
+from bench.scratch import scratch_settings
+from jobs.settings import PROJECT_ROOT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.workload.publisher import publish
 
     root = Path(args.root)
-    shutil.rmtree(root, ignore_errors=True)
-    s = dataclasses.replace(
-        settings(), storage_root=str(root / "storage"), kafka_home=str(root / "kafka"), log_dir=str(root / "logs")
-    )
+    s = scratch_settings(root)
     base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
     spec = base.model_copy(
         update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.batch_records})}

@@ -27,6 +27,7 @@ from jobs.commands.common import (
     _ds_range,
     _load_spec,
     _print_json,
+    _service_action,
     _spark,
 )
 from jobs.commands.operate import (
@@ -60,17 +61,7 @@ __all__ = [
 def cmd_kafka(args: argparse.Namespace) -> int:
     from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
 
-    broker = EmbeddedKafka()
-    try:
-        if args.action == "start":
-            print(broker.start(timeout=args.timeout or 60))
-        elif args.action == "stop":
-            broker.stop(timeout=args.timeout or 30)
-        else:
-            _print_json(broker.status())
-    except BrokerError as e:
-        raise UserError(str(e)) from None
-    return 0
+    return _service_action(EmbeddedKafka(), args, BrokerError, start_timeout=60)
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:

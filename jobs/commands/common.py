@@ -57,3 +57,18 @@ def _console() -> Any:
 
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
+
+
+def _service_action(service: Any, args: argparse.Namespace, error: type[Exception], start_timeout: float) -> int:
+    """``start`` (prints what to connect to), ``stop`` or ``status`` (JSON) of a local service;
+    its errors are one line."""
+    try:
+        if args.action == "start":
+            print(service.start(timeout=args.timeout or start_timeout))
+        elif args.action == "stop":
+            service.stop(timeout=args.timeout or 30)
+        else:
+            _print_json(service.status())
+    except error as e:
+        raise UserError(str(e)) from None
+    return 0

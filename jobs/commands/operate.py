@@ -8,7 +8,16 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from jobs.commands.common import EXIT_USAGE, UserError, _bootstrap, _ds_range, _load_spec, _print_json, _spark
+from jobs.commands.common import (
+    EXIT_USAGE,
+    UserError,
+    _bootstrap,
+    _ds_range,
+    _load_spec,
+    _print_json,
+    _service_action,
+    _spark,
+)
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -195,14 +204,4 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
 
     if args.port is not None and not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: use 1-65535, or 0 for a free port", EXIT_USAGE)
-    server = SparkConnectServer(port=args.port)
-    try:
-        if args.action == "start":
-            print(server.start(timeout=args.timeout or 120))
-        elif args.action == "stop":
-            server.stop(timeout=args.timeout or 30)
-        else:
-            _print_json(server.status())
-    except SparkConnectError as e:
-        raise UserError(str(e)) from None
-    return 0
+    return _service_action(SparkConnectServer(port=args.port), args, SparkConnectError, start_timeout=120)

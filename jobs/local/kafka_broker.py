@@ -22,15 +22,9 @@ CLI: ``joinshift kafka {start,stop,status}``.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import logging
-import os
-import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +35,14 @@ from jobs.local.kafka_setup import (
     NODE_ID,
     BrokerError,
     BrokerJvm,
+    ServiceState,
     broker_answers,
     cluster_id_on_disk,
     free_ports,
     kraft_properties,
     port_is_free,
     random_cluster_id,
-    wait_exit,
+    terminate,
     write_properties,
 )
 from jobs.settings import Settings, settings
@@ -74,7 +69,8 @@ class EmbeddedKafka:
         self.home = Path(self.settings.kafka_home)
         self.data_dir = self.home / "data"
         self.config_file = self.home / "server.properties"
-        self.state_file = self.home / "state.json"
+        self._state = ServiceState(self.home, BrokerError)
+        self.state_file = self._state.file
         self.log4j_file = self.home / "log4j2.properties"
         self.log_dir = Path(self.settings.log_dir)
         self.log_file = self.log_dir / "kafka.log"
@@ -88,33 +84,9 @@ class EmbeddedKafka:
 
     # -- state on disk ---------------------------------------------------------------
 
-    def _read_state(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            raise BrokerError(f"{self.state_file} is unreadable ({e}); fix or delete it") from e
-
-    def _write_state(self, state: dict[str, Any]) -> None:
-        tmp = self.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-        tmp.replace(self.state_file)
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """Serialises start/stop across processes (two `joinshift` commands at once)."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
     def _pid(self) -> int | None:
         """The recorded pid, if that process is still our broker (pids get reused)."""
-        pid = self._read_state().get("pid")
+        pid = self._state.read().get("pid")
         if not isinstance(pid, int) or not pid_alive(pid):
             return None
         cmd = cmdline(pid)
@@ -127,7 +99,7 @@ class EmbeddedKafka:
     @property
     def bootstrap_servers(self) -> str:
         """The address clients use; known (and stable) once the broker was first started."""
-        bootstrap = self._read_state().get("bootstrap")
+        bootstrap = self._state.read().get("bootstrap")
         if not bootstrap:
             raise BrokerError(f"the embedded broker in {self.home} has never been started")
         return str(bootstrap)
@@ -142,8 +114,8 @@ class EmbeddedKafka:
         The JVM is detached (own session) so it keeps running after this command ends:
         jobs, Spark and later CLI calls all share it.
         """
-        with self._lock():
-            state = self._read_state()
+        with self._state.lock():
+            state = self._state.read()
             pid = self._pid()
             if pid is not None:
                 bootstrap = str(state["bootstrap"])
@@ -158,28 +130,18 @@ class EmbeddedKafka:
     def stop(self, timeout: float = 30) -> None:
         """Stops the broker cleanly (SIGTERM: it flushes and marks its logs clean, so the
         next start needs no recovery); SIGKILL only if it does not exit in time."""
-        with self._lock():
+        with self._state.lock():
             pid = self._pid()
             if pid is None:
                 log.info("Kafka broker in %s is not running", self.home)
                 return
-            log.info("Stopping Kafka broker (pid %s)", pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            if not wait_exit(pid, timeout, self._proc):
-                log.warning("Kafka broker pid %s ignored SIGTERM for %ss; killing it", pid, timeout)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                wait_exit(pid, 10, self._proc)
-            state = self._read_state()
-            state["pid"] = None
-            state["stopped_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            self._write_state(state)
+            terminate(pid, timeout, self._proc, "Kafka broker")
+            self._state.mark_stopped()
             log.info("Kafka broker stopped")
 
     def status(self) -> dict[str, Any]:
         """What a person (or `joinshift kafka status`) wants to know, as plain JSON data."""
-        state = self._read_state()
+        state = self._state.read()
         pid = self._pid()
         info: dict[str, Any] = {
             "running": pid is not None,
@@ -269,7 +231,7 @@ class EmbeddedKafka:
             log_file=str(self.log_file),
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        self._write_state(state)
+        self._state.write(state)
         log.info("Started Kafka broker pid %s at %s; logs in %s", pid, bootstrap, self.log_file)
         self._wait_ready(pid, bootstrap, timeout)
         return bootstrap

@@ -7,12 +7,17 @@ around a start (free ports, cluster id, the classpath's logging jar, a log file'
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
+import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -129,6 +134,55 @@ class LocalService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServiceState:
+    """A local service's record on disk, so ``start`` in one process and ``stop`` or ``status`` in
+    another work together: ``<folder>/state.json`` (written atomically) and a lock file that
+    serialises start and stop across processes."""
+
+    def __init__(self, folder: Path, error: type[Exception]):
+        self.folder, self.file, self._error = folder, folder / "state.json", error
+
+    def read(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise self._error(f"{self.file} is unreadable ({e}); fix or delete it") from e
+
+    def write(self, state: dict[str, Any]) -> None:
+        tmp = self.file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.file)
+
+    def mark_stopped(self) -> None:
+        self.write({**self.read(), "pid": None, "stopped_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def terminate(pid: int, timeout: float, proc: Any, what: str, *, group: bool = False) -> None:
+    """SIGTERM ``pid`` (its process group with ``group``), SIGKILL it if it is still up after
+    ``timeout`` seconds; ``proc`` is the Popen to reap, when this process started it."""
+    send = os.killpg if group else os.kill
+    log.info("Stopping %s (pid %s)", what, pid)
+    with contextlib.suppress(ProcessLookupError):
+        send(pid, signal.SIGTERM)
+    if not wait_exit(pid, timeout, proc):
+        log.warning("%s pid %s ignored SIGTERM for %ss; killing it", what, pid, timeout)
+        with contextlib.suppress(ProcessLookupError):
+            send(pid, signal.SIGKILL)
+        wait_exit(pid, 10, proc)
 
 
 class BrokerError(RuntimeError):

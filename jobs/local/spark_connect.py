@@ -27,21 +27,24 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jobs.local.kafka_setup import LocalService, free_ports, port_accepts, port_is_free, tail, wait_exit
+from jobs.local.kafka_setup import (
+    LocalService,
+    ServiceState,
+    free_ports,
+    port_accepts,
+    port_is_free,
+    tail,
+    terminate,
+)
 from jobs.local.spark_cluster import spark_home
 from jobs.settings import PROJECT_ROOT, Settings, settings, settings_env
 from jobs.storage.processes import cmdline, pid_alive
@@ -76,7 +79,8 @@ class SparkConnectServer(LocalService):
     def __init__(self, s: Settings | None = None, *, port: int | None = None, root: str | Path | None = None):
         self.settings = s if s is not None else settings()
         self.root = Path(root) if root is not None else self.settings.local_path("spark-connect")
-        self.state_file = self.root / "state.json"
+        self._state = ServiceState(self.root, SparkConnectError)
+        self.state_file = self._state.file
         self.log_dir = Path(self.settings.log_dir)
         self.log_file = self.log_dir / "spark-connect.log"
         self.out_file = self.log_dir / "spark-connect.out"
@@ -88,7 +92,7 @@ class SparkConnectServer(LocalService):
     @property
     def port(self) -> int:
         """The port it listens on (running), else the one it will take."""
-        recorded = self._read_state().get("port") if self._pid() is not None else None
+        recorded = self._state.read().get("port") if self._pid() is not None else None
         if isinstance(recorded, int):
             return recorded
         if self._port is None:
@@ -108,7 +112,7 @@ class SparkConnectServer(LocalService):
     def start(self, timeout: float = 120) -> str:
         """Start the server unless it runs already; return :attr:`url` once it accepts clients.
         Detached (its own session): it outlives this process until ``stop``."""
-        with self._lock():
+        with self._state.lock():
             pid = self._pid()
             if pid is not None:
                 url = self.url
@@ -126,28 +130,19 @@ class SparkConnectServer(LocalService):
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM the server's process group (Spark stops its sessions and state stores), SIGKILL
         what is still up after ``timeout``."""
-        with self._lock():
+        with self._state.lock():
             pid = self._pid()
             if pid is None:
                 log.info("Spark Connect server in %s is not running", self.root)
                 return
-            log.info("Stopping Spark Connect server (pid %s)", pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-            if not wait_exit(pid, timeout, self._proc):
-                log.warning("Spark Connect server pid %s ignored SIGTERM for %ss; killing it", pid, timeout)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                wait_exit(pid, 10, self._proc)
-            state = self._read_state()
-            state.update(pid=None, stopped_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            self._write_state(state)
+            terminate(pid, timeout, self._proc, "Spark Connect server", group=True)
+            self._state.mark_stopped()
             log.info("Spark Connect server stopped")
 
     def status(self) -> dict[str, Any]:
         """Whether it runs, where, and what to set for the steps to use it (plain JSON data)."""
         pid = self._pid()
-        state = self._read_state()
+        state = self._state.read()
         return {
             "running": pid is not None,
             "pid": pid,
@@ -161,33 +156,9 @@ class SparkConnectServer(LocalService):
 
     # -- internals -------------------------------------------------------------------
 
-    def _read_state(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.state_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            raise SparkConnectError(f"{self.state_file} is unreadable ({e}); fix or delete it") from e
-
-    def _write_state(self, state: dict[str, Any]) -> None:
-        tmp = self.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-        tmp.replace(self.state_file)
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """Serialises start/stop across processes."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
     def _pid(self) -> int | None:
         """The recorded pid, if that process is still our server (pids get reused)."""
-        pid = self._read_state().get("pid")
+        pid = self._state.read().get("pid")
         if not isinstance(pid, int) or not pid_alive(pid):
             return None
         cmd = cmdline(pid)
@@ -243,7 +214,7 @@ class SparkConnectServer(LocalService):
                 close_fds=True,
             )
         pid, url = self._proc.pid, f"sc://127.0.0.1:{port}"
-        self._write_state({"pid": pid, "port": port, "url": url, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        self._state.write({"pid": pid, "port": port, "url": url, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         log.info("Started Spark Connect server pid %s on port %s; logs in %s", pid, port, self.log_file)
         self._wait_ready(pid, timeout)
         return url
@@ -251,7 +222,7 @@ class SparkConnectServer(LocalService):
     def _wait_ready(self, pid: int, timeout: float) -> None:
         """Return once the server accepts connections (it binds its port after its Spark is up)."""
         deadline = time.monotonic() + timeout
-        port = int(self._read_state()["port"])
+        port = int(self._state.read()["port"])
         while True:
             if self._proc is not None and self._proc.pid == pid:
                 self._proc.poll()
