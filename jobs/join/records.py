@@ -129,12 +129,16 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
         F.col("partition").alias(PARTITION),
         F.col("offset").alias(OFFSET),
         F.col("timestamp").alias("_record_ts"),
-        # the value as JSON text: an Avro value decoded (struct of json, error), a JSON value as it is
-        (decoded(F.col("value"), avro) if avro else F.col("value").cast("string")).alias("_decoded"),
+        # the value as JSON text: an Avro value decoded (its record's JSON, or why it does not decode)
+        *(
+            [decoded(F.col("value"), avro).alias("_decoded")]
+            if avro
+            else [F.col("value").cast("string").alias("_json")]
+        ),
     )
     if avro:
         df = df.select("*", F.col("_decoded.json").alias("_json"), F.col("_decoded.error").alias("_avro_error"))
-    df = df.withColumnRenamed("_decoded", "_json") if not avro else df.drop("_decoded")
+        df = df.drop("_decoded")
     df = df.withColumn("_fields", F.from_json("_json", "map<string,string>"))
     schema = stream.schema_
     made_id = bool(fmt.id_from)
