@@ -91,6 +91,26 @@ def test_the_local_server_listens_on_loopback_with_a_joinshift_drivers_settings(
     assert free.port != DEFAULT_PORT and free.port == free.port  # a free one, picked once
 
 
+def test_a_local_driver_rebuilds_delta_file_lists_in_one_task_per_core_and_a_cluster_keeps_deltas_default(tmp_path):
+    import os
+
+    from jobs.settings import Settings
+    from jobs.storage.spark import local_cores, session_conf
+
+    key = "spark.databricks.delta.snapshotPartitions"
+    assert [local_cores(m) for m in ("local", "local[3]", "local[4,2]")] == [1, 3, 4]
+    assert local_cores("local[*]") == local_cores("local[*,3]") == os.cpu_count()
+    assert local_cores("spark://127.0.0.1:7077") is None and local_cores("yarn") is None
+
+    def conf(master: str, **spark_conf: str) -> dict[str, str]:
+        s = Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), spark_master=master, spark_conf=spark_conf)
+        return session_conf(s)
+
+    assert conf("local[3]")[key] == "3"
+    assert key not in conf("spark://127.0.0.1:7077")  # Delta's default (50) on a cluster
+    assert conf("local[3]", **{key: "16"})[key] == "16"  # the user's spark_conf wins
+
+
 def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
     """pyspark alone would retry for minutes; the CLI names what to do and exits 1 (a child
     process: settings are read once per process, and this one may hold a local driver)."""
