@@ -137,3 +137,26 @@ def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
         f"joinshift compare: no Spark Connect server answers at {url} (spark_remote): start one "
         "(`joinshift spark-server start`) or unset JOINSHIFT_SPARK_REMOTE to use a Spark of this process"
     )
+
+
+def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_jars(tmp_path):
+    from jobs.settings import Settings
+    from jobs.storage.spark import class_archive, session_conf
+
+    jars = tmp_path / "jars" / "spark"
+    jars.mkdir(parents=True)
+    for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_2.13-4.4.0.jar"):
+        (jars / name).write_bytes(b"")
+    s = Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"))
+    archive = class_archive(s)
+    assert archive.parent == tmp_path / "cds" and archive.suffix == ".jsa"
+    assert "-XX:SharedArchiveFile" not in session_conf(s)["spark.driver.extraJavaOptions"]  # none yet: as before
+
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    opts = session_conf(s)["spark.driver.extraJavaOptions"].split()
+    assert opts[0].startswith("-Dlog4j2.configurationFile=file:")
+    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # and silent if unusable
+
+    (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"")
+    assert class_archive(s) != archive  # another jar set: another archive, never a stale one
