@@ -14,14 +14,17 @@ columns and the arrival time), and then, alternately:
   partitioning, the ds filtered), the output columns of the product (``output_columns``) written
   to a Parquet file with ``COPY``, and its rows counted.
 
-Both outputs are then checked for the same answer: rows, pairs (rows with a right event) and
-matched left events. Wall seconds per run, medians over ``--repeat`` runs (fewer for a size whose
-runs took ``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at 10 M). One warm-up of
-both on the first size comes first (Spark's JIT).
+Spark's wall time is split into the product's checks of which days each side holds
+(``landed_days``), the join with its Delta write (``replace_partitions``) and the rest (the
+inputs' schemas, the output's count); after the timed runs the join alone runs once more into
+Spark's ``noop`` sink. Both outputs are checked for the same answer: rows, pairs (rows with a
+right event) and matched left events. Wall seconds per run, medians over ``--repeat`` runs (fewer
+for a size whose runs took ``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at
+10 M). One warm-up of both on the first size comes first (Spark's JIT).
 
 Sizes above ``--chunk`` left events are generated as chunks of that size (each its own seed; ids
-and keys prefixed with the chunk, so chunks share no session): the generator holds a day's every
-Kafka record in memory, which 10 M left events would not fit beside Spark on this machine.
+and keys prefixed with the chunk, so chunks share no session): the generator holds every Kafka
+record of a day in memory (JSON values included), ~24 M of them for 10 M left events.
 
     python -m bench.batch_vs_duckdb [--left-events 1000000,10000000] [--repeat 2]
 """
@@ -159,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from jobs.join.columns import col_name
+    from jobs.join.conditions import join_events
     from jobs.spec import load_spec
     from jobs.spec.source import BatchTable
-    from jobs.steps.batch import run_variant
+    from jobs.steps import batch as batch_step
+    from jobs.storage import batch_input, delta_io
     from jobs.storage.spark import get_spark
     from jobs.storage.tables import Tables
 
@@ -181,11 +186,31 @@ def main(argv: list[str] | None = None) -> int:
             update={"pipeline": "batch_vs_duckdb", "left": side(base.left, "left"), "right": side(base.right, "right")}
         )
 
+    parts: dict[str, float] = {}
+
+    def timed(module, name: str, part: str) -> None:
+        """Time every call of ``module.name`` into ``parts[part]`` (where run_variant's time goes)."""
+        fn = getattr(module, name)
+
+        def wrapper(*a, **k):
+            t = time.monotonic()
+            try:
+                return fn(*a, **k)
+            finally:
+                parts[part] = parts.get(part, 0.0) + time.monotonic() - t
+
+        setattr(module, name, wrapper)
+
+    timed(batch_step, "landed_days", "landed_days_s")  # which days each side holds (the day-edge rule)
+    timed(delta_io, "replace_partitions", "join_and_write_s")  # the join runs inside its Delta write
+
     def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int]]:
         rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"spark_{tag}"))
+        parts.clear()
         t = time.monotonic()
-        rows = run_variant(spark, spec, VARIANT, ds, rs)
+        rows = batch_step.run_variant(spark, spec, VARIANT, ds, rs)
         wall = time.monotonic() - t
+        parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, the output's count
         out = spark.read.format("delta").load(Tables.of(spec, rs).output(VARIANT)).where(F.col("ds") == F.lit(ds))
         right_id = col_name("right", spec.right.id)
         c = out.agg(
@@ -233,16 +258,28 @@ def main(argv: list[str] | None = None) -> int:
                 w_d, _ = duckdb_run(spec, tables, ds, "warmup")
                 print(f"warm-up: Spark {w_s:.1f}s, DuckDB {w_d:.1f}s", flush=True)
             runs: dict[str, list[float]] = {"spark": [], "duckdb": []}
+            spark_parts: list[dict[str, float]] = []
             answers: dict[str, dict[str, int]] = {}
             for r in range(args.repeat):
                 if r and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
                     break
                 w, answers["spark"] = spark_run(spec, ds, str(r))
                 runs["spark"].append(round(w, 2))
+                spark_parts.append({k: round(v, 2) for k, v in parts.items()})
                 w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(r))
                 runs["duckdb"].append(round(w, 2))
                 print(f"  run {r}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
             med = {k: statistics.median(v) for k, v in runs.items()}
+            # the join alone, into Spark's noop sink: what the Delta write and the product's checks add
+            t = time.monotonic()
+            tb = Tables.of(spec, s)
+            join_events(
+                batch_input.read_side(spark, tb, "left", [ds]),
+                batch_input.read_side(spark, tb, "right", [ds]),
+                spec,
+                windowed=True,
+            ).write.format("noop").mode("overwrite").save()
+            join_noop_s = round(time.monotonic() - t, 2)
             same = answers["spark"] == answers["duckdb"]
             row = {
                 "left_events_generated": n,
@@ -252,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_s": runs["spark"],
                 "duckdb_s": runs["duckdb"],
                 "spark_median_s": med["spark"],
+                "spark_parts_s": spark_parts,
+                "spark_join_to_noop_s": join_noop_s,
                 "duckdb_median_s": med["duckdb"],
                 "ratio": round(med["spark"] / med["duckdb"], 2),
                 "spark_answer": answers["spark"],
@@ -262,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
             print(
                 f"  {n:,}: Spark {med['spark']:.1f}s, DuckDB {med['duckdb']:.1f}s, ratio {row['ratio']}x; "
-                f"answers {'equal' if same else 'DIFFER'}: Spark {answers['spark']}, DuckDB {answers['duckdb']}",
+                f"answers {'equal' if same else 'DIFFER'}: Spark {answers['spark']}, DuckDB {answers['duckdb']}; "
+                f"Spark's runs {spark_parts}, its join into noop {join_noop_s}s",
                 flush=True,
             )
             shutil.rmtree(tables, ignore_errors=True)
