@@ -8,13 +8,15 @@ partitioned by arrival ds, then read back like the landed tables):
    write to Spark's ``noop`` sink);
 2. **sweep**: :func:`jobs.window_sweep.sweep` of the K candidates (default K = 50) over the same
    left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected;
-3. their ratio (goal: sweep <= 1.5 × one join).
+3. their ratios, wall and task CPU (issue #13's goal: sweep <= 1.2 × one join in both, at K=169
+   and 500 k left events; ``--goal``).
 
 Each is run ``--warmup`` times untimed, then ``--repeat`` times alternately; the medians are compared, in
 wall-clock seconds and in task CPU seconds (summed over the action's Spark stages, from the Spark
 UI's REST API: the steadier measure when other processes share the cores).
 
     python -m bench.window_sweep [--left-events 200000] [--grid "lower=-4h30m..0/30m,upper=0..2h/30m"]
+    python -m bench.window_sweep --left-events 500000 --grid "lower=-6h..0/30m,upper=0..6h/30m"   # K=169
 
 ``--recommendation-grid`` times the recommendation's grid instead (no Spark): window × left
 watermark × right watermark over the generated days, the coarse grid plus its refinements, at
@@ -173,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         default="count",
         help="how the single join is materialised: .count() or a full write to the noop sink",
     )
+    p.add_argument("--goal", type=float, default=1.2, help="sweep / one join at most this, wall and CPU (default 1.2)")
     p.add_argument("--spec", default=str(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml"))
     p.add_argument("--recommendation-grid", action="store_true", help="time the recommendation's grid (no Spark)")
     p.add_argument("--slice-minutes", type=int, help="with --recommendation-grid: replay slices (default: live)")
@@ -264,7 +267,27 @@ def main(argv: list[str] | None = None) -> int:
                 f"task CPU median {c:6.2f}s {[round(x, 2) for _, x in runs[k]]}"
             )
         (jw, jc), (sw, sc) = med["join"], med["sweep"]
-        print(f"ratio sweep / one join: wall {sw / jw:.2f}x, task CPU {sc / jc:.2f}x (goal <= 1.5x)")
+        ratios = {"wall": round(sw / jw, 2), "task_cpu": round(sc / jc, 2)}
+        verdicts = ", ".join(f"{k} {'met' if v <= args.goal else 'NOT met'}" for k, v in ratios.items())
+        print(
+            f"ratio sweep / one join: wall {ratios['wall']:.2f}x, task CPU {ratios['task_cpu']:.2f}x "
+            f"(goal <= {args.goal}x: {verdicts})"
+        )
+        summary = {
+            "left_events": n_left,
+            "right_events": n_right,
+            "candidates": len(grid),
+            "action": args.action,
+            "join_wall_s": round(jw, 2),
+            "join_cpu_s": round(jc, 2),
+            "sweep_wall_s": round(sw, 2),
+            "sweep_cpu_s": round(sc, 2),
+            "ratio": ratios,
+            "goal": args.goal,
+            "met": {k: v <= args.goal for k, v in ratios.items()},
+            "load_avg": os.getloadavg(),
+        }
+        print(json.dumps(summary))
         print(f"command: {command}")
     finally:
         spark.stop()

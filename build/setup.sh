@@ -2,8 +2,9 @@
 # One-time set-up, safe to rerun (a second run is a fast no-op):
 #   1. a project-local virtualenv (.venv) with the pinned Python dependencies;
 #   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector, Delta, S3A with
-#      the AWS SDK modules it uses, and an Apache Kafka broker), so nothing is downloaded at run time,
-#      and the Spark driver's class-data archive (.cache/cds) that makes each Spark process start sooner;
+#      the AWS SDK modules it uses, an Apache Kafka broker, and Kafka's tools for the benchmarks), so
+#      nothing is downloaded at run time, and the Spark driver's class-data archive (.cache/cds) that
+#      makes each Spark process start sooner;
 #   3. Debian's chromium (headless) for the Airflow UI page's browser test;
 #   4. a local Airflow home (.airflow) with its SQLite metadata database.
 set -euo pipefail
@@ -35,6 +36,7 @@ resolve() {  # resolve <pom dir> <target dir>
   echo "$h" > "$out/.resolved"
 }
 resolve kafka kafka
+resolve kafka-tools kafka-tools  # ConsumerPerformance, for bench.decompose
 resolve spark spark-all
 if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved; then
   # Spark gets only the jars pyspark does not ship itself: two versions of one library on

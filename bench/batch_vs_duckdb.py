@@ -1,0 +1,351 @@
+"""The batch windowed join on Spark (the product's own code path) against DuckDB, same tables,
+same join, same answer (issue #13, item 3).
+
+Per size (``--left-events``, e.g. 1 M and 10 M left events in one ds), a generated workload is
+written once as each side's daily Parquet table (Hive-style ``ds=`` folders: the schema's
+columns and the arrival time), and then, alternately:
+
+* **Spark**: ``jobs.steps.batch.run_variant(spark, spec, "batch_1d_windowed", ds)``, the step
+  ``joinshift batch`` runs, on a spec whose sides read those tables (``batch_table``, Parquet):
+  it reads the ds partitions, joins with ``jobs.join.conditions.join_events`` (key equality and
+  ``r.t BETWEEN l.t + lower AND l.t + upper``, the spec's ``left_outer``), replaces the ds
+  partition of the output Delta table and counts its rows;
+* **DuckDB**: the same join in SQL over the same Parquet files (``read_parquet``, hive
+  partitioning, the ds filtered), the output columns of the product (``output_columns``) written
+  to a Parquet file with ``COPY``, and its rows counted.
+
+Spark's wall time is split into the product's checks of which days each side holds
+(``landed_days``), the join with its Delta write (``replace_partitions``) and the rest (the
+inputs' schemas, the output's count); after the timed runs the join alone runs once more into
+Spark's ``noop`` sink. Both outputs are checked for the same answer: rows, pairs (rows with a
+right event) and matched left events. Wall seconds per run, medians over ``--repeat`` runs (fewer
+for a size whose runs took ``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at
+10 M). One warm-up of both on the first size comes first (Spark's JIT).
+
+Sizes above ``--chunk`` left events are generated as chunks of that size (each its own seed; ids
+and keys prefixed with the chunk, so chunks share no session): the generator holds every Kafka
+record of a day in memory (JSON values included), ~24 M of them for 10 M left events.
+
+    python -m bench.batch_vs_duckdb [--left-events 1000000,10000000] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.scratch import scratch_settings
+from jobs.settings import PROJECT_ROOT
+
+VARIANT = "batch_1d_windowed"
+#: Issue #13: Spark's batch windowed join within 3x DuckDB's wall time at 10 M left events.
+GOAL_RATIO = 3.0
+
+
+def windowed_join_sql(spec, left: str, right: str, ds: date, out: str) -> str:
+    """DuckDB's ``COPY`` of ``batch_1d_windowed`` for ``ds``: left ds ⋈ right ds on the keys and
+    ``r.t BETWEEN l.t + lower AND l.t + upper`` (bounds inclusive), the spec's join type, into the
+    product's output columns (Kafka positions null: the tables are not from Kafka)."""
+    from jobs.join.columns import OFFSET, PARTITION, col_name, output_columns, side_columns
+    from jobs.spec import Cardinality, JoinType
+
+    if spec.join.predicate is not None or spec.join.cardinality != Cardinality.one_to_n:
+        raise ValueError("the DuckDB side covers key + window joins with 1-to-n output (no predicate)")
+    how = "LEFT JOIN" if spec.join.type == JoinType.left_outer else "JOIN"
+    keys = " AND ".join(f'l."{lk}" = r."{rk}"' for lk, rk in zip(spec.left.key, spec.right.key))
+    lt, rt = f'l."{spec.left.event_time}"', f'r."{spec.right.event_time}"'
+    window = (
+        f"{rt} BETWEEN {lt} + INTERVAL ({spec.window.lower_seconds}) SECOND "
+        f"AND {lt} + INTERVAL ({spec.window.upper_seconds}) SECOND"
+    )
+
+    # the product's output columns (output_columns), each from its side's column
+    source = {"ds": "l.ds"}
+    for which, alias in (("left", "l"), ("right", "r")):
+        for c in side_columns(spec, which):
+            typed = {PARTITION: "NULL::INTEGER", OFFSET: "NULL::BIGINT"}
+            source[col_name(which, c)] = typed.get(c, f'{alias}."{c}"')
+
+    def side(path: str) -> str:
+        return (
+            f"(SELECT * FROM read_parquet('{path}/*/*.parquet', hive_partitioning = true) "
+            f"WHERE ds = DATE '{ds.isoformat()}')"
+        )
+
+    select = ", ".join(f'{source[c]} AS "{c}"' for c in output_columns(spec))
+    return (
+        f"COPY (SELECT {select} FROM {side(left)} l {how} {side(right)} r ON {keys} AND {window}) "
+        f"TO '{out}' (FORMAT parquet)"
+    )
+
+
+def write_tables(spec, left_events: int, chunk: int, root: Path, seed: int) -> dict[str, Any]:
+    """Generate ``left_events`` left events of one day (in chunks) and write each side as a Parquet
+    table partitioned by arrival ds under ``root/<side>``; returns counts for the first ds."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+
+    shutil.rmtree(root, ignore_errors=True)
+    day = date(2026, 11, 19)
+    n_chunks = -(-left_events // chunk)
+    counts = {"left": 0, "right": 0}
+    for i in range(n_chunks):
+        n = min(chunk, left_events - i * chunk)
+        wl = generate(WorkloadParams(left_events_per_day=n, days=1, start_date=day, seed=seed + i), spec)
+        for side in ("left", "right"):
+            st = spec.side(side)
+            frame = getattr(wl, side)
+            cols = {c: frame[c] for c in st.schema_}
+            if n_chunks > 1:  # chunks share no id and no session
+                for c in {st.id, *st.key}:
+                    cols[c] = f"c{i}-" + frame[c].astype(str)
+            table = pa.table(
+                {
+                    **{
+                        c: pa.array(v.to_numpy(), type=pa.int32()) if st.schema_[c] == "int" else v
+                        for c, v in cols.items()
+                    },
+                    "_arrival_time": frame["arrival_time"],
+                }
+            )
+            ds = frame["arrival_time"].dt.tz_convert(spec.timezone).dt.date.to_numpy()
+            for d in sorted(set(ds)):
+                part = root / side / f"ds={d.isoformat()}"
+                part.mkdir(parents=True, exist_ok=True)
+                pq.write_table(
+                    table.filter(pa.array(ds == d)),
+                    part / f"part-{i:03d}.parquet",
+                    coerce_timestamps="us",
+                    allow_truncated_timestamps=True,
+                )
+                if d == day:
+                    counts[side] += int(np.sum(ds == d))
+        del wl
+    return {"ds": day, **counts}
+
+
+def output_counts(rows, pairs, matched_left) -> dict[str, int]:
+    return {"rows": int(rows), "pairs": int(pairs), "matched_left": int(matched_left)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.batch_vs_duckdb", description=__doc__.split("\n\n")[0])
+    p.add_argument("--left-events", default="1000000,10000000", help="sizes, comma-separated (left events in one ds)")
+    p.add_argument("--repeat", type=int, default=2, help="timed runs of each engine per size (median)")
+    p.add_argument(
+        "--max-seconds", type=float, default=300, help="no further run of a size once its runs took this long"
+    )
+    p.add_argument("--chunk", type=int, default=1_000_000, help="generate sizes above this in chunks of it")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="DuckDB threads (Spark: local[*])")
+    p.add_argument("--duckdb-memory", default="4GB", help="DuckDB memory_limit (Spark's driver has 4g)")
+    p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-batch-duckdb"), help="scratch folder (wiped)")
+    p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results"), help="batch_vs_duckdb.json here")
+    args = p.parse_args(argv)
+    command = shlex.join(["python", "-m", "bench.batch_vs_duckdb", *(sys.argv[1:] if argv is None else argv)])
+    sizes = [int(x) for x in args.left_events.split(",")]
+
+    import duckdb
+    from pyspark.sql import functions as F
+
+    from jobs.join.columns import col_name
+    from jobs.join.conditions import join_events
+    from jobs.spec import load_spec
+    from jobs.spec.source import BatchTable
+    from jobs.steps import batch as batch_step
+    from jobs.storage import batch_input, delta_io
+    from jobs.storage.spark import get_spark
+    from jobs.storage.tables import Tables
+
+    root = Path(args.root).resolve()
+    s = scratch_settings(root)
+    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    spark = get_spark("joinshift-bench-batch-duckdb", s)
+    load_before = os.getloadavg()
+    results = []
+
+    def bench_spec(tables: Path):
+        def side(st, name):
+            bt = BatchTable(path=str(tables / name), format="parquet", ds_column="ds", arrival_column="_arrival_time")
+            return st.model_copy(update={"batch_table": bt})
+
+        return base.model_copy(
+            update={"pipeline": "batch_vs_duckdb", "left": side(base.left, "left"), "right": side(base.right, "right")}
+        )
+
+    parts: dict[str, float] = {}
+
+    def timed(module, name: str, part: str) -> None:
+        """Time every call of ``module.name`` into ``parts[part]`` (where run_variant's time goes)."""
+        fn = getattr(module, name)
+
+        def wrapper(*a, **k):
+            t = time.monotonic()
+            try:
+                return fn(*a, **k)
+            finally:
+                parts[part] = parts.get(part, 0.0) + time.monotonic() - t
+
+        setattr(module, name, wrapper)
+
+    timed(batch_step, "landed_days", "landed_days_s")  # which days each side holds (the day-edge rule)
+    timed(delta_io, "replace_partitions", "join_and_write_s")  # the join runs inside its Delta write
+
+    def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int]]:
+        rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"spark_{tag}"))
+        parts.clear()
+        t = time.monotonic()
+        rows = batch_step.run_variant(spark, spec, VARIANT, ds, rs)
+        wall = time.monotonic() - t
+        parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, the output's count
+        out = spark.read.format("delta").load(Tables.of(spec, rs).output(VARIANT)).where(F.col("ds") == F.lit(ds))
+        right_id = col_name("right", spec.right.id)
+        c = out.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(right_id).alias("pairs"),
+            F.countDistinct(F.when(F.col(right_id).isNotNull(), F.col(col_name("left", spec.left.id)))).alias("m"),
+        ).first()
+        assert c is not None and c["rows"] == rows
+        shutil.rmtree(rs.storage_root, ignore_errors=True)
+        return wall, output_counts(c["rows"], c["pairs"], c["m"])
+
+    def duckdb_run(spec, tables: Path, ds: date, tag: str) -> tuple[float, dict[str, int]]:
+        out = root / f"duckdb_{tag}.parquet"
+        con = duckdb.connect()
+        con.execute(f"SET threads = {args.threads}; SET memory_limit = '{args.duckdb_memory}'; SET TimeZone = 'UTC'")
+        con.execute(f"SET temp_directory = '{root / 'duckdb_tmp'}'")
+        t = time.monotonic()
+        con.execute(windowed_join_sql(spec, str(tables / "left"), str(tables / "right"), ds, str(out)))
+        (rows,) = con.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchone()  # type: ignore[misc]
+        wall = time.monotonic() - t
+        right_id, left_id = col_name("right", spec.right.id), col_name("left", spec.left.id)
+        counts = con.execute(
+            f'SELECT count(*), count("{right_id}"), count(DISTINCT CASE WHEN "{right_id}" IS NOT NULL '
+            f"THEN \"{left_id}\" END) FROM read_parquet('{out}')"
+        ).fetchone()
+        con.close()
+        out.unlink()
+        assert counts is not None and counts[0] == rows
+        return wall, output_counts(*counts)
+
+    try:
+        for i, n in enumerate(sizes):
+            tables = root / f"tables_{n}"
+            t = time.monotonic()
+            made = write_tables(base, n, args.chunk, tables, seed=20261119)
+            gen_s = time.monotonic() - t
+            spec, ds = bench_spec(tables), made["ds"]
+            print(
+                f"{n:,} left events: ds {ds} has {made['left']:,} left / {made['right']:,} right rows "
+                f"(generated and written in {gen_s:.1f}s)",
+                flush=True,
+            )
+            if i == 0:  # warm-up: Spark's JIT and code generation, DuckDB's first read of the files
+                w_s, _ = spark_run(spec, ds, "warmup")
+                w_d, _ = duckdb_run(spec, tables, ds, "warmup")
+                print(f"warm-up: Spark {w_s:.1f}s, DuckDB {w_d:.1f}s", flush=True)
+            runs: dict[str, list[float]] = {"spark": [], "duckdb": []}
+            spark_parts: list[dict[str, float]] = []
+            answers: dict[str, dict[str, int]] = {}
+            for r in range(args.repeat):
+                if r and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
+                    break
+                w, answers["spark"] = spark_run(spec, ds, str(r))
+                runs["spark"].append(round(w, 2))
+                spark_parts.append({k: round(v, 2) for k, v in parts.items()})
+                w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(r))
+                runs["duckdb"].append(round(w, 2))
+                print(f"  run {r}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            # the join alone, into Spark's noop sink: what the Delta write and the product's checks add
+            t = time.monotonic()
+            tb = Tables.of(spec, s)
+            join_events(
+                batch_input.read_side(spark, tb, "left", [ds]),
+                batch_input.read_side(spark, tb, "right", [ds]),
+                spec,
+                windowed=True,
+            ).write.format("noop").mode("overwrite").save()
+            join_noop_s = round(time.monotonic() - t, 2)
+            same = answers["spark"] == answers["duckdb"]
+            row = {
+                "left_events_generated": n,
+                "ds": ds.isoformat(),
+                "left_rows": made["left"],
+                "right_rows": made["right"],
+                "spark_s": runs["spark"],
+                "duckdb_s": runs["duckdb"],
+                "spark_median_s": med["spark"],
+                "spark_parts_s": spark_parts,
+                "spark_join_to_noop_s": join_noop_s,
+                "duckdb_median_s": med["duckdb"],
+                "ratio": round(med["spark"] / med["duckdb"], 2),
+                "spark_answer": answers["spark"],
+                "duckdb_answer": answers["duckdb"],
+                "same_answer": same,
+                "load_avg_after": os.getloadavg(),
+            }
+            results.append(row)
+            print(
+                f"  {n:,}: Spark {med['spark']:.1f}s, DuckDB {med['duckdb']:.1f}s, ratio {row['ratio']}x; "
+                f"answers {'equal' if same else 'DIFFER'}: Spark {answers['spark']}, DuckDB {answers['duckdb']}; "
+                f"Spark's runs {spark_parts}, its join into noop {join_noop_s}s",
+                flush=True,
+            )
+            shutil.rmtree(tables, ignore_errors=True)
+    finally:
+        spark.stop()
+
+    largest = max(results, key=lambda r: r["left_events_generated"])
+    result = {
+        "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": {"cpus": os.cpu_count(), "load_avg_before": load_before, "load_avg_after": os.getloadavg()},
+        "duckdb": duckdb.__version__,
+        "duckdb_threads": args.threads,
+        "duckdb_memory_limit": args.duckdb_memory,
+        "variant": VARIANT,
+        "window": base.window.label(),
+        "join_type": base.join.type.value,
+        "sizes": results,
+        "goal": {
+            "spark_over_duckdb_at": largest["left_events_generated"],
+            "target": GOAL_RATIO,
+            "ratio": largest["ratio"],
+            "met": largest["ratio"] <= GOAL_RATIO,
+        },
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "batch_vs_duckdb.json").write_text(json.dumps(result, indent=2) + "\n")
+    print("| left events (ds) | right events (ds) | Spark (product path) | DuckDB | Spark ÷ DuckDB | same answer |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['left_rows']:,} | {r['right_rows']:,} | {r['spark_median_s']:.1f} s | {r['duckdb_median_s']:.1f} s "
+            f"| {r['ratio']}x | {'yes' if r['same_answer'] else 'NO'} ({r['spark_answer']['rows']:,} rows) |"
+        )
+    g = result["goal"]
+    print(
+        f"goal Spark <= {GOAL_RATIO}x DuckDB at {g['spark_over_duckdb_at']:,}: {g['ratio']}x, "
+        f"{'met' if g['met'] else 'NOT met'}"
+    )
+    print(f"command: {command}")
+    return 0 if all(r["same_answer"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

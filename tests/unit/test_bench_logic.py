@@ -1,0 +1,78 @@
+"""The benchmarks' own logic, without running them: the issue's goal ratios and the per-record
+waterfall of ``bench.decompose``, its reading of ConsumerPerformance's output, and DuckDB's
+windowed join in ``bench.batch_vs_duckdb`` (bounds inclusive, left outer, as the spec says)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from tiny_spec import tiny_spec
+
+from bench.decompose import GOALS, goals, increments, parse_consumer_performance
+
+
+def test_goal_ratios_are_the_issues_and_say_met_or_not():
+    rates = {"broker": 400.0, "kafka_source": 100.0, "passthrough": 60.0, "join_delta": 50.0}
+    got = {g.name: (g.ratio, g.met) for g in goals(rates)}
+    assert got == {
+        "pass-through vs Spark's raw Kafka read": (0.6, False),
+        "streaming join vs pass-through": (0.833, True),
+        "streaming join vs the broker's ceiling": (0.125, False),
+    }
+    assert [g.target for g in GOALS] == [0.7, 0.8, 0.2]
+
+
+def test_a_goal_whose_stage_was_not_measured_is_undecided():
+    (pt, join, broker) = goals({"kafka_source": 100.0, "passthrough": 80.0})
+    assert (pt.ratio, pt.met) == (0.8, True)
+    assert join.ratio is join.met is broker.met is None
+
+
+def test_the_waterfall_adds_microseconds_per_record_stage_by_stage():
+    rates = {"broker": 1_000_000.0, "kafka_source": 100_000.0, "parse": 50_000.0, "passthrough": 1.0}
+    assert increments(rates) == [("broker", 1.0, 1.0), ("kafka_source", 10.0, 9.0), ("parse", 20.0, 10.0)]
+
+
+def test_consumer_performance_output_is_read_by_its_header():
+    out = (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
+        "fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+        "2026-11-24 13:20:01:000, 2026-11-24 13:20:03:500, 95.3674, 38.1470, 400000, 160000.0, 500, 2000, "
+        "47.6837, 200000.0\n"
+    )
+    assert parse_consumer_performance("some warning\n" + out) == {
+        "records": 400_000,
+        "mb": 95.3674,
+        "rebalance_s": 0.5,
+        "fetch_s": 2.0,
+    }
+
+
+def test_duckdb_windowed_join_matches_on_the_key_with_both_bounds_inclusive(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    from bench.batch_vs_duckdb import windowed_join_sql
+
+    spec = tiny_spec()  # window [-10m, +5m], left outer
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for side, rows in {
+        "left": ["('l1', 'a', TIMESTAMPTZ '2026-11-20 12:00:00')", "('l2', 'b', TIMESTAMPTZ '2026-11-20 12:00:00')"],
+        "right": [
+            "('r1', 'a', TIMESTAMPTZ '2026-11-20 11:50:00')",  # lower bound: in
+            "('r2', 'a', TIMESTAMPTZ '2026-11-20 12:05:00')",  # upper bound: in
+            "('r3', 'a', TIMESTAMPTZ '2026-11-20 12:05:01')",  # past the upper bound
+            "('r4', 'c', TIMESTAMPTZ '2026-11-20 12:00:00')",  # another key
+        ],
+    }.items():
+        (tmp_path / side / "ds=2026-11-20").mkdir(parents=True)
+        con.execute(
+            f"COPY (SELECT *, t AS _arrival_time FROM (VALUES {', '.join(rows)}) v(event_id, k, t)) "
+            f"TO '{tmp_path / side / 'ds=2026-11-20' / 'part.parquet'}' (FORMAT parquet)"
+        )
+    out = tmp_path / "out.parquet"
+    con.execute(windowed_join_sql(spec, str(tmp_path / "left"), str(tmp_path / "right"), date(2026, 11, 20), str(out)))
+    got = con.execute(
+        f"SELECT left_event_id, right_event_id FROM read_parquet('{out}') ORDER BY 1, 2 NULLS LAST"
+    ).fetchall()
+    assert got == [("l1", "r1"), ("l1", "r2"), ("l2", None)]
