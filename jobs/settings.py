@@ -93,6 +93,21 @@ def _config_file() -> Path | None:
     return default if default.is_file() else None
 
 
+#: Settings naming a folder or file on this machine (the storage root: when it is not a URI).
+_LOCAL_PATHS = ("storage_root", "kafka_home", "jar_cache", "log_dir", "local_root", "kafka_properties_file")
+
+
+def _absolute(values: dict, base: Path) -> dict:
+    """Relative local paths made absolute: a variable's against the current folder, a config
+    file's against the file's folder. The embedded broker and Spark run in other folders."""
+    return {
+        k: str(base / v)
+        if k in _LOCAL_PATHS and isinstance(v, str) and v and not _SCHEME.match(v) and not os.path.isabs(v)
+        else v
+        for k, v in values.items()
+    }
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Defaults, then the config file, then ``JOINSHIFT_*`` environment variables."""
     env = dict(os.environ if env is None else env)
@@ -108,11 +123,11 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         unknown = set(data) - set(_FIELDS)
         if unknown:
             raise SettingsError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
-        values.update(data)
+        values.update(_absolute(data, cfg.parent))
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
         if key in env and name not in ("spark_conf", "kafka_properties"):
-            values[name] = env[key]
+            values.update(_absolute({name: env[key]}, Path.cwd()))
     remote = values.get("spark_remote")
     if remote and not _REMOTE.match(str(remote)):
         where = "JOINSHIFT_SPARK_REMOTE" if "JOINSHIFT_SPARK_REMOTE" in env else str(cfg)

@@ -1,0 +1,24 @@
+"""Settings: relative local paths are made absolute once, where they are read (the embedded
+broker formats its storage in its own folder; Spark and Airflow tasks may run elsewhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.settings import load_settings
+
+
+def test_a_variables_relative_paths_are_the_current_folders_and_a_config_files_its_own(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    s = load_settings({"JOINSHIFT_KAFKA_HOME": "var/kafka", "JOINSHIFT_STORAGE_ROOT": "s3a://bucket/js"})
+    assert s.kafka_home == str(tmp_path / "var" / "kafka")
+    assert s.storage_root == "s3a://bucket/js"  # a URI is not a local path
+
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "joinshift.yaml").write_text("log_dir: logs\nstorage_root: /data/js\nlocal_root: ''\n")
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(conf_dir / "joinshift.yaml"))
+    s = load_settings({"JOINSHIFT_JAR_CACHE": "../jars"})
+    assert Path(s.log_dir) == conf_dir / "logs" and s.storage_root == "/data/js" and s.local_root == ""
+    assert s.jar_cache == str(tmp_path / ".." / "jars")
