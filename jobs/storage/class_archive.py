@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+#: Archives of other JDKs or jar sets kept beside this one (~200 MB each).
+KEEP = 2
+
 
 def _exercise(root: str, archive: str) -> None:
     """In the child: the driver that dumps its classes at exit."""
@@ -74,8 +77,9 @@ def write(force: bool = False) -> Path | None:
     if archive.exists() and not force:
         return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
-    for old in archive.parent.glob("spark-driver-*.jsa"):  # another JDK's or jar set's
-        old.unlink()
+    # other JDKs' or jar sets' (another checkout sharing the cache may use them): keep the newest
+    for old in sorted(archive.parent.glob("spark-driver-*.jsa"), key=lambda p: p.stat().st_mtime)[:-KEEP]:
+        old.unlink(missing_ok=True)
     partial = archive.with_suffix(".partial")
     with tempfile.TemporaryDirectory(prefix="joinshift-class-archive-") as root:
         env = {**os.environ, "JOINSHIFT_STORAGE_ROOT": root, "JOINSHIFT_LOG_DIR": root, "JOINSHIFT_SPARK_REMOTE": ""}
