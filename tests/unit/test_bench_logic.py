@@ -76,3 +76,21 @@ def test_duckdb_windowed_join_matches_on_the_key_with_both_bounds_inclusive(tmp_
         f"SELECT left_event_id, right_event_id FROM read_parquet('{out}') ORDER BY 1, 2 NULLS LAST"
     ).fetchall()
     assert got == [("l1", "r1"), ("l1", "r2"), ("l2", None)]
+
+
+def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_peak():
+    from datetime import timedelta
+
+    from bench.scaling import parse_span, state_peak
+
+    def op(rows, mem, sst):
+        return {"numRowsTotal": rows, "memoryUsedBytes": mem, "customMetrics": {"rocksdbSstFileSize": sst}}
+
+    progress = [
+        {"stateOperators": [op(10, 100, 7), op(5, 50, 3)]},
+        {"stateOperators": [op(12, 90, 1), op(1, 20, 1)]},  # more rows, less memory: each peak on its own
+        {},
+    ]
+    assert state_peak(progress) == {"state_rows": 15, "state_bytes": 150, "state_sst_bytes": 10}
+    assert state_peak([]) == {"state_rows": 0, "state_bytes": 0, "state_sst_bytes": 0}
+    assert parse_span("-3h..+30m") == (timedelta(hours=-3), timedelta(minutes=30))
