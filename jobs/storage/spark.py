@@ -157,7 +157,7 @@ def local_cores(master: str) -> int | None:
 def _local_delta_conf(master: str) -> dict[str, str]:
     """On a local driver, Delta rebuilds a table's file list in as many tasks as there are cores,
     not its default 50: joinshift's tables hold a handful of files per day, and on 2 cores 50
-    tasks cost ~2.1 s of a 2.6 s partition overwrite (0.55 s with 2; bench/delta_overhead.py).
+    tasks cost ~2.5 s of a 3.05 s partition overwrite (0.59 s with 2; bench/delta_overhead.py).
     A cluster keeps Delta's default; ``spark_conf`` overrides either."""
     cores = local_cores(master)
     return {} if cores is None else {"spark.databricks.delta.snapshotPartitions": str(cores)}
