@@ -44,7 +44,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 VARIANT = "batch_1d_windowed"
@@ -163,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs.join.columns import col_name
     from jobs.join.conditions import join_events
-    from jobs.spec import load_spec
     from jobs.spec.source import BatchTable
     from jobs.steps import batch as batch_step
     from jobs.storage import batch_input, delta_io
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root).resolve()
     s = scratch_settings(root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    base = default_spec()
     spark = get_spark("joinshift-bench-batch-duckdb", s)
     load_before = os.getloadavg()
     results = []

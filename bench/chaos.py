@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.local.chaos import (
     chaos_run,
     isolated_spec,
@@ -44,14 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.chaos " + " ".join(argv if argv is not None else sys.argv[1:])
 
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec, write_spec
+    from jobs.spec import write_spec
     from jobs.storage.spark import get_spark
 
     root = Path(args.root)
     base_s = scratch_settings(root, spark_driver_memory="1g")
     ref_s = dataclasses.replace(base_s, storage_root=str(root / "reference"))
     run_s = dataclasses.replace(base_s, storage_root=str(root / "supervised"))
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    base = default_spec()
     spec = isolated_spec(base, "chaos_bench", args.max_offsets)
     spec_path = write_spec(spec, root / "chaos_bench.yaml")
     broker = EmbeddedKafka(base_s)

@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 #: The cumulative stages, cheapest first: each adds one piece of the streaming join.
@@ -291,7 +291,6 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.local.chaos import publish_workload
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.local.kafka_setup import BrokerJvm
-    from jobs.spec import load_spec
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
     from jobs.storage.kafka import end_offsets, read_stream
@@ -305,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             f"no Kafka tools in {tools}: run `make setup` (build/setup.sh resolves build/kafka-tools)", file=sys.stderr
         )
         return 2
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    base = default_spec()
 
     def bench_spec(name: str):
         """The product's spec on topics of its own, every stage batched alike."""

@@ -31,7 +31,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 
@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name, output_latency_s
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io, kafka
     from jobs.storage.spark import get_spark
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.workload.params import WorkloadParams
 
     s = scratch_settings(args.root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    base = default_spec()
     spec = base.with_window(timedelta(seconds=-upper), timedelta(seconds=upper)).model_copy(
         update={
             "pipeline": "bench_latency",

@@ -22,7 +22,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 VARIANTS: dict[str, dict[str, str]] = {
@@ -47,7 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
     from jobs.storage.kafka import create_topic
@@ -70,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     s = scratch_settings(root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
-    spec = base.model_copy(
-        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.max_offsets})}
-    )
+    spec = default_spec(args.max_offsets)
     rows = []
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()

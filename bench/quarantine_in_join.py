@@ -16,7 +16,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 
@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.join.conditions import join_streams
     from jobs.join.records import good_events, parse_records, quarantine_rows
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec
     from jobs.steps.stream import JoinSink, start_streaming_join
     from jobs.storage import delta_io, kafka
     from jobs.storage.spark import get_spark
@@ -45,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     s = scratch_settings(root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
-    spec = base.model_copy(
-        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.max_offsets})}
-    )
+    spec = default_spec(args.max_offsets)
 
     def cpu_s() -> float:  # this process and its children (the driver JVM)
         me = psutil.Process()

@@ -27,7 +27,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 DAY = date(2026, 11, 19)
@@ -72,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sizes, --partitions and --spans are comma-separated lists ({exc})")
 
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.kafka import create_topic
     from jobs.storage.progress import JOIN_QUERY, await_logged, read_progress
@@ -84,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     s = scratch_settings(root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
-    base = base.model_copy(
-        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.batch_records})}
-    )
+    base = default_spec(args.batch_records)
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     published: dict[int, tuple[Any, int]] = {}

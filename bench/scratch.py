@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from jobs.settings import Settings, settings
+from jobs.settings import PROJECT_ROOT, Settings, settings
 
 
 def scratch_settings(root: str | Path, **overrides: Any) -> Settings:
@@ -23,4 +23,17 @@ def scratch_settings(root: str | Path, **overrides: Any) -> Settings:
         storage_root=str(root / "storage"),
         kafka_bootstrap="",
         **overrides,
+    )
+
+
+def default_spec(max_offsets: int | None = None) -> Any:
+    """The shipped spec (``include/specs/search_sessions.yaml``), its micro-batches capped at
+    ``max_offsets`` records per topic when given."""
+    from jobs.spec import load_spec
+
+    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
+    if max_offsets is None:
+        return base
+    return base.model_copy(
+        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets})}
     )

@@ -26,7 +26,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from bench.scratch import scratch_settings
+from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 
@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.join.conditions import join_events
     from jobs.join.records import good_events, parse_records
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.spec import load_spec
     from jobs.steps.landing import land_day
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
@@ -56,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.root)
     s = scratch_settings(root)
-    base = load_spec(PROJECT_ROOT / "include" / "specs" / "search_sessions.yaml")
-    spec = base.model_copy(
-        update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.batch_records})}
-    )
+    spec = default_spec(args.batch_records)
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     try:
