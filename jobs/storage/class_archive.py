@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="write it again even when it exists")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    archive = write(args.force)
+    try:
+        archive = write(args.force)
+    except (RuntimeError, ValueError) as exc:  # no jars yet, a settings error: one line, no archive
+        print(f"class archive not written ({exc})", file=sys.stderr)
+        return 1
     if archive is not None:
         print(f"{archive} ({archive.stat().st_size // 2**20} MB, {time.monotonic() - t0:.0f} s)")
     return 0
