@@ -19,10 +19,9 @@ CHILD = """
 import json, os, sys, time
 t0 = time.monotonic()
 from jobs.settings import settings
-from jobs.storage.spark import get_spark, log4j_config
+from jobs.storage.spark import driver_java_options, get_spark
 s = settings()
-extra = {} if sys.argv[1] == "archive" else {
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_config(s)}"}
+extra = {"spark.driver.extraJavaOptions": driver_java_options(s, use_archive=sys.argv[1] == "archive")}
 spark = get_spark("bench-jvm-start", s, extra)
 t1 = time.monotonic()
 spark.range(100).count()

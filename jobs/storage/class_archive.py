@@ -31,11 +31,13 @@ def _exercise(root: str, archive: str) -> None:
 
     from jobs.settings import settings
     from jobs.storage import delta_io
-    from jobs.storage.spark import get_spark, log4j_config
+    from jobs.storage.spark import driver_java_options, get_spark
 
     s = settings()
-    opts = f"-Dlog4j2.configurationFile=file:{log4j_config(s, 'class-archive')} -XX:ArchiveClassesAtExit={archive}"
-    spark = get_spark("joinshift-class-archive", s, {"spark.driver.extraJavaOptions": opts + " -Xlog:cds*=off"})
+    dump = driver_java_options(
+        s, "class-archive", f"-XX:ArchiveClassesAtExit={archive}", "-Xlog:cds*=off", use_archive=False
+    )
+    spark = get_spark("joinshift-class-archive", s, {"spark.driver.extraJavaOptions": dump})
     events = (
         spark.range(2000)
         .withColumn("k", (F.col("id") % 50).cast("string"))

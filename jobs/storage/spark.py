@@ -108,14 +108,19 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
         "spark.driver.memory": s.spark_driver_memory,
         "spark.sql.warehouse.dir": s.path("warehouse"),
         "spark.ui.enabled": os.environ.get("JOINSHIFT_SPARK_UI", "false"),
-        "spark.driver.extraJavaOptions": " ".join(
-            [f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *class_archive_options(s)]
-        ),
+        "spark.driver.extraJavaOptions": driver_java_options(s, log_name),
         **BASE_CONF,
         **_local_delta_conf(s.spark_master),
         **s.spark_conf,
         **(extra_conf or {}),
     }
+
+
+def driver_java_options(s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True) -> str:
+    """The driver JVM's options: the quiet log configuration, set-up's class archive (unless
+    ``use_archive`` is False), then ``extra``."""
+    archive = class_archive_options(s) if use_archive else []
+    return " ".join([f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *archive, *extra])
 
 
 def class_archive(s: Settings) -> Path:
