@@ -66,12 +66,12 @@ def reference_output(spark, spec, bootstrap: str, s: Settings) -> list[tuple]:
     """One uninterrupted availableNow run, in-process (its spec may cut micro-batches differently
     only with wide watermarks: then the output does not depend on it)."""
     from jobs.steps.stream import start_streaming_join
-    from jobs.storage.progress import JOIN_QUERY, await_logged
+    from jobs.storage.progress import JOIN_QUERY, settle_log
     from jobs.storage.tables import Tables
 
     (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False)
     q.awaitTermination()
-    await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # its drops are on record
+    settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # its drops are on record
     return output_rows(spark, spec, s)
 
 

@@ -34,7 +34,7 @@ from jobs.steps.stream import start_streaming_join
 from jobs.storage import fs, kafka
 from jobs.storage.hold import hold, stream_owner
 from jobs.storage.kafka import RetentionGap
-from jobs.storage.progress import JOIN_QUERY, await_logged
+from jobs.storage.progress import JOIN_QUERY, settle_log
 from jobs.storage.tables import Tables
 
 __all__ = ["RetentionGap", "ReplayPlan", "parse_cutover", "plan_replay", "replay", "replay_start"]
@@ -99,7 +99,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
                 owned_from=cutover,
             )
             q.awaitTermination()
-            await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
+            settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan
 

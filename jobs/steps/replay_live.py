@@ -45,7 +45,7 @@ from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import delta_io, fs, kafka
 from jobs.storage.hold import current_hold, hold, supervised_stream_pid
-from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, await_logged, read_progress
+from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, read_progress, settle_log
 from jobs.storage.spark import release_state_stores
 from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
 from jobs.storage.tables import Tables
@@ -254,7 +254,7 @@ def run_paced(
         producer.close()
         if query is not None:
             query.stop()
-            await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), query)
+            settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), query)
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
     _annotate_progress(Tables.of(spec, s).progress_log(JOIN_QUERY), arrivals)
     # quarantine does not change accuracy: it catches up once at the end, not per slice

@@ -44,11 +44,11 @@ from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
     QUARANTINE_QUERY,
-    await_logged,
     end_offsets_read,
     ensure_recorder,
     query_name,
     read_progress,
+    settle_log,
     watermark_ms,
 )
 from jobs.storage.stream_runs import BACKLOG, LIVE, LIVE_BACKLOG_INTERVALS, record_run
@@ -284,7 +284,7 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
             q.awaitTermination()
             # the log of the query ("stream_join"), not of its running name ("<pipeline>.stream_join"),
             # which has none: waiting on that one cost every increment its 15 s timeout twice
-            await_logged(tables.progress_log(query), q)
+            settle_log(tables.progress_log(query), q)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     if days:
         record_run(spec, days, kind, s=s)

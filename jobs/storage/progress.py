@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from datetime import datetime
 from typing import Any
 
@@ -34,22 +33,34 @@ def query_name(pipeline: str, query: str) -> str:
     return f"{pipeline}.{query}"
 
 
+_LOG_LOCK = threading.Lock()
+#: (log path, run id) -> the last batch id written to that log: the listener and :func:`settle_log`
+#: both write a batch, whichever comes first; the other one skips it.
+_LOGGED: dict[tuple[str, str], int] = {}
+
+
+def _log_once(path: str, progress: Any) -> None:
+    key, batch = (path, str(progress["runId"])), int(progress["batchId"])
+    with _LOG_LOCK:
+        if _LOGGED.get(key, -1) >= batch:
+            return
+        fs.append_text(path, progress.json.replace("\n", " ") + "\n")
+        _LOGGED[key] = batch
+
+
 class ProgressRecorder(StreamingQueryListener):
     """Appends every micro-batch's progress as a JSON line to the log of its query."""
 
     def __init__(self, paths: dict[str, str]):
         self._paths = paths  # query name (:func:`query_name`) -> jsonl path
-        self._lock = threading.Lock()
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's callback names)
         pass
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        p = event.progress
-        path = self._paths.get(p.name or "")
+        path = self._paths.get(event.progress.name or "")
         if path:
-            with self._lock:
-                fs.append_text(path, p.json.replace("\n", " ") + "\n")
+            _log_once(path, event.progress)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass
@@ -116,21 +127,23 @@ def recent_progress(path: str, n: int, tail_bytes: int = 4_000_000) -> list[dict
     return out[::-1]
 
 
-def await_logged(path: str, query: Any, timeout_s: float = 15) -> bool:
-    """Wait until the log at ``path`` holds ``query``'s last progress. The listener writes it
-    asynchronously, after the query may already have ended; whoever reads the log next (a
-    checkpoint validation, the next increment's lag) must see it. False on timeout."""
-    last = query.lastProgress
-    if not last:
-        return True
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        logged = last_progress(path)
-        if logged and logged.get("runId") == last["runId"] and logged.get("batchId", -1) >= last["batchId"]:
-            return True
-        time.sleep(0.1)
-    log.warning("the progress of %s batch %s did not reach %s in %ss", query.name, last["batchId"], path, timeout_s)
-    return False
+def settle_log(path: str, query: Any) -> None:
+    """Put ``query``'s batches the listener has not written yet on record at ``path``, from the
+    query's own recent progress. The listener runs on Spark's event bus, asynchronously and, on a
+    busy driver, many seconds behind; whoever reads the log next (a checkpoint validation, the
+    watermark's drop count, the next increment's lag) must see every batch the query ran."""
+    recent = query.recentProgress
+    if not recent:
+        return
+    key = (path, str(recent[-1]["runId"]))
+    with _LOG_LOCK:
+        done = _LOGGED.get(key, -1)
+    if done < int(recent[0]["batchId"]) - 1:  # the listener is more batches behind than Spark keeps
+        log.warning(
+            "the progress log %s misses batches %s to %s of %s", path, done + 1, recent[0]["batchId"] - 1, query.name
+        )
+    for p in recent:
+        _log_once(path, p)
 
 
 def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:

@@ -43,7 +43,7 @@ def _isolated_spec(own_pipeline_spec, spec, name: str, cardinality: str, short: 
 
 def _run(spark, spec, bootstrap, s, on_batch=None) -> None:
     from jobs.steps.stream import start_streaming_join
-    from jobs.storage.progress import JOIN_QUERY, await_logged
+    from jobs.storage.progress import JOIN_QUERY, settle_log
     from jobs.storage.tables import Tables
 
     (q,) = start_streaming_join(
@@ -51,7 +51,7 @@ def _run(spark, spec, bootstrap, s, on_batch=None) -> None:
     )
     q.awaitTermination()
     if q.exception() is None:  # its last micro-batch's progress is on record before it is read
-        await_logged(Tables.of(spec, s).progress_log(JOIN_QUERY), q)
+        settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)
 
 
 def _output(spark, spec, s):
