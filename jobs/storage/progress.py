@@ -34,25 +34,30 @@ def query_name(pipeline: str, query: str) -> str:
 
 
 _LOG_LOCK = threading.Lock()
-#: (log path, run id) -> the last batch id written to that log: the listener and :func:`settle_log`
-#: both write a batch, whichever comes first; the other one skips it.
-_LOGGED: dict[tuple[str, str], int] = {}
+#: run id -> the last batch id of that run on record (a run writes one log): the listener and
+#: :func:`settle_log` both write a batch, whichever comes first; the other one skips it.
+_LOGGED: dict[str, int] = {}
 
 
 def _log_once(path: str, progress: Any) -> None:
-    key, batch = (path, str(progress["runId"])), int(progress["batchId"])
+    run, batch = str(progress["runId"]), int(progress["batchId"])
     with _LOG_LOCK:
-        if _LOGGED.get(key, -1) >= batch:
+        if _LOGGED.get(run, -1) >= batch:
             return
         fs.append_text(path, progress.json.replace("\n", " ") + "\n")
-        _LOGGED[key] = batch
+        _LOGGED[run] = batch
 
 
 class ProgressRecorder(StreamingQueryListener):
     """Appends every micro-batch's progress as a JSON line to the log of its query."""
 
-    def __init__(self, paths: dict[str, str]):
-        self._paths = paths  # query name (:func:`query_name`) -> jsonl path
+    def __init__(self, paths: dict[str, str] | None = None):
+        self._paths = dict(paths or {})  # query name (:func:`query_name`) -> jsonl path
+
+    def route(self, paths: dict[str, str]) -> None:
+        """Log these queries here from now on (a query name's latest route wins: Spark runs one
+        query of a name at a time, and a finished run's late events were settled already)."""
+        self._paths.update(paths)
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's callback names)
         pass
@@ -70,24 +75,26 @@ class ProgressRecorder(StreamingQueryListener):
             log.error("streaming query %s failed: %s", event.id, event.exception)
 
 
-_RECORDERS: dict[tuple[int, str], ProgressRecorder] = {}
+_RECORDERS: dict[int, ProgressRecorder] = {}
 
 
 def ensure_recorder(spark: SparkSession, paths: dict[str, str]) -> None:
-    """One listener per session and set of logs, however often queries are (re)started."""
-    key = (id(spark), json.dumps(paths, sort_keys=True))
-    if key not in _RECORDERS:
-        _RECORDERS[key] = ProgressRecorder(paths)
-        spark.streams.addListener(_RECORDERS[key])
+    """One listener per session, however many pipelines and queries it (re)starts: every
+    listener is called back (over py4j) on every event of the session, so one per pipeline made a
+    long-lived process's event bus, and its logs, fall behind."""
+    if id(spark) not in _RECORDERS:
+        _RECORDERS[id(spark)] = ProgressRecorder()
+        spark.streams.addListener(_RECORDERS[id(spark)])
+    _RECORDERS[id(spark)].route(paths)
 
 
 def remove_recorders(spark: SparkSession) -> None:
     """Take the session's listeners off its bus (before the session stops): a Python listener
     left on it is called back after the Python side closed, which Spark logs as
     ``ERROR StreamingQueryListenerBus ... Py4JException`` at the end of a run that succeeded."""
-    for key in [k for k in _RECORDERS if k[0] == id(spark)]:
+    if id(spark) in _RECORDERS:
         with contextlib.suppress(Exception):
-            spark.streams.removeListener(_RECORDERS.pop(key))
+            spark.streams.removeListener(_RECORDERS.pop(id(spark)))
 
 
 def read_progress(path: str) -> list[dict[str, Any]]:
@@ -135,9 +142,8 @@ def settle_log(path: str, query: Any) -> None:
     recent = query.recentProgress
     if not recent:
         return
-    key = (path, str(recent[-1]["runId"]))
     with _LOG_LOCK:
-        done = _LOGGED.get(key, -1)
+        done = _LOGGED.get(str(recent[-1]["runId"]), -1)
     if done < int(recent[0]["batchId"]) - 1:  # the listener is more batches behind than Spark keeps
         log.warning(
             "the progress log %s misses batches %s to %s of %s", path, done + 1, recent[0]["batchId"] - 1, query.name

@@ -26,6 +26,7 @@ from jobs.operate.checkpoint import backup_checkpoint, inspect_checkpoint
 from jobs.operate.checkpoint_validate import validate_checkpoint
 from jobs.steps.stream import start_streaming_join
 from jobs.storage.kafka import create_topic
+from jobs.storage.progress import JOIN_QUERY, settle_log
 from jobs.storage.tables import Tables
 
 pytestmark = pytest.mark.integration
@@ -117,6 +118,7 @@ def run(spark, kafka, demo_spec, test_settings, tmp_path_factory):
         if query.isActive:
             query.stop()
     assert query.exception() is None, query.exception()
+    settle_log(Tables.of(demo_spec, s).progress_log(JOIN_QUERY), query)
 
     spec_file = root / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(demo_spec.model_dump(mode="json", by_alias=True), sort_keys=False))

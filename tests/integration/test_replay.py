@@ -36,9 +36,12 @@ def _rows(spark, spec, s):
 
 def _run(spark, spec, kafka, s):
     from jobs.steps.stream import start_streaming_join
+    from jobs.storage.progress import JOIN_QUERY, settle_log
+    from jobs.storage.tables import Tables
 
     (q,) = start_streaming_join(spark, spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
     q.awaitTermination()
+    settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)
 
 
 @pytest.fixture(scope="module")

@@ -64,10 +64,12 @@ def publish(kafka, spec, records: list[dict]) -> None:
 
 def run_stream(spark, spec, kafka, s) -> set[tuple]:
     from jobs.steps.stream import start_streaming_join
+    from jobs.storage.progress import JOIN_QUERY, settle_log
     from jobs.storage.tables import Tables
 
-    for q in start_streaming_join(spark, spec, bootstrap=kafka, s=s, available_now=True, quarantine=False):
-        q.awaitTermination()
+    (q,) = start_streaming_join(spark, spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
+    q.awaitTermination()
+    settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # as the product's callers do
     out = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
     return {(r.left_event_id, r.right_event_id) for r in out.select("left_event_id", "right_event_id").collect()}
 
