@@ -202,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the chosen settings with replay-as-live over the same days and print predicted vs measured "
         "(exit 1 when the match rate is off by more than 0.05 pp)",
     )
+    r.add_argument(
+        "--trial-slice",
+        help="--verify's trial: record time per replayed slice and micro-batch, e.g. 30m, 2h (default: "
+        "--slice-minutes, else 30m); coarser slices run sooner, the prediction is made for the same slices",
+    )
     r.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     at = with_ds(
         with_spec(

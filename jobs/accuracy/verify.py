@@ -179,7 +179,7 @@ def verify(
     days: list[date],
     *,
     bootstrap: str,
-    slice_minutes: int,
+    slice_minutes: float,
     s=None,
     on_slice: Callable[..., None] | None = None,
     run: Callable[..., Any] | None = None,
@@ -189,7 +189,7 @@ def verify(
     ``rec`` must have been predicted for the same cadence (replay-as-live, ``slice_minutes``):
     anything else would compare unlike with unlike.
     """
-    expected = f"replay-as-live with {slice_minutes}-minute slices"
+    expected = default_cadence(spec, slice_minutes).label()
     if rec.cadence != expected:
         raise ValueError(f"the recommendation was predicted for {rec.cadence}, the trial runs {expected}")
     c = rec.chosen

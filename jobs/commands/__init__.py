@@ -174,6 +174,19 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slice_minutes(flag: str, text: str) -> float:
+    """A replay slice (record time per micro-batch) given as a duration, in minutes."""
+    from jobs.spec.duration import duration_seconds
+
+    try:
+        minutes = duration_seconds(text) / 60
+    except ValueError as e:
+        raise UserError(f"{flag} {text!r}: {e}", EXIT_USAGE) from None
+    if not 0 < minutes <= 1440:
+        raise UserError(f"{flag} {text}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
+    return minutes
+
+
 def cmd_replay_as_live(args: argparse.Namespace) -> int:
     import re
     from datetime import UTC, datetime
@@ -181,15 +194,9 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from jobs.spec.duration import duration_seconds
     from jobs.steps.replay_live import replay_as_live
 
-    try:
-        slice_minutes = duration_seconds(args.slice) / 60
-    except ValueError as e:
-        raise UserError(f"--slice {args.slice!r}: {e}", EXIT_USAGE) from None
-    if not 0 < slice_minutes <= 1440:
-        raise UserError(f"--slice {args.slice}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
+    slice_minutes = _slice_minutes("--slice", args.slice)
     if args.to and not args.from_ds:
         raise UserError("--to needs --from (the first arrival day)", EXIT_USAGE)
     if args.from_ds and args.to and args.to < args.from_ds:
@@ -328,6 +335,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     # --verify then predicts it for its replay-as-live trial and holds the trial to that
     slice_minutes = args.slice_minutes
     cadence = default_cadence(spec, slice_minutes)
+    trial_minutes = (
+        _slice_minutes("--trial-slice", args.trial_slice) if args.trial_slice else slice_minutes or VERIFY_SLICE_MINUTES
+    )
     spark, days = _spark("recommend", classic=args.verify), _ds_range(args)  # --verify streams
     console = _console()
     with console.status(f"measuring candidates over the landed days ({cadence.label()})"):
@@ -337,7 +347,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         if not args.verify:
             print(fs.read_text(path))
             return 0
-        res = _run_verify(spark, spec, rec, days, slice_minutes or VERIFY_SLICE_MINUTES, console)
+        res = _run_verify(spark, spec, rec, days, trial_minutes, console)
         print(json.dumps({"recommendation": json.loads(fs.read_text(path)), "verify": res.to_dict()}, default=str))
         return 0 if res.within() else 1
     console.print(_frontier_table(rec))
@@ -352,22 +362,22 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         console.print(f"  [red]relax:[/red] {r}")
     console.print(f"written to {path}")
     if args.verify:
-        return _verify(spark, spec, rec, days, slice_minutes or VERIFY_SLICE_MINUTES, console)
+        return _verify(spark, spec, rec, days, trial_minutes, console)
     return 0
 
 
-def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> Any:
+def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: float, console: Any) -> Any:
     from jobs.accuracy.recommend import default_cadence
     from jobs.accuracy.verify import predict_trial, verify
 
     if rec.cadence != default_cadence(spec, slice_minutes).label():
-        with console.status(f"predicting the chosen settings for {slice_minutes}-minute replay slices"):
+        with console.status(f"predicting the chosen settings for {default_cadence(spec, slice_minutes).label()}"):
             rec = predict_trial(spark, spec, days, rec.chosen, slice_minutes)
     with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
         return verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)
 
 
-def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: int, console: Any) -> int:
+def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: float, console: Any) -> int:
     from rich.table import Table
 
     from jobs.accuracy.verify import PROMISE_PP

@@ -127,3 +127,12 @@ def test_attribute_refuses_an_unknown_baseline_in_one_line_before_starting_spark
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "unknown baseline 'stream'" in err and "batch_1d_windowed" in err
+
+
+@pytest.mark.parametrize("value", ["soon", "0m", "2d"])
+def test_recommend_refuses_a_bad_trial_slice_in_one_line_before_starting_spark(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["recommend", "--ds", "2026-11-20", "--verify", "--trial-slice", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("joinshift recommend: --trial-slice") and "\n" not in err
