@@ -9,14 +9,14 @@ columns and the arrival time), and then, alternately:
   ``joinshift batch`` runs, on a spec whose sides read those tables (``batch_table``, Parquet):
   it reads the ds partitions, joins with ``jobs.join.conditions.join_events`` (key equality and
   ``r.t BETWEEN l.t + lower AND l.t + upper``, the spec's ``left_outer``), replaces the ds
-  partition of the output Delta table and counts its rows;
+  partition of the output Delta table, counting its rows as it writes them;
 * **DuckDB**: the same join in SQL over the same Parquet files (``read_parquet``, hive
   partitioning, the ds filtered), the output columns of the product (``output_columns``) written
   to a Parquet file with ``COPY``, and its rows counted.
 
 Spark's wall time is split into the product's checks of which days each side holds
 (``landed_days``), the join with its Delta write (``replace_partitions``) and the rest (the
-inputs' schemas, the output's count); after the timed runs the join alone runs once more into
+inputs' schemas, the run's own bookkeeping); after the timed runs the join alone runs once more into
 Spark's ``noop`` sink. Both outputs are checked for the same answer: rows, pairs (rows with a
 right event) and matched left events. Wall seconds per run, medians over ``--repeat`` runs (fewer
 for a size whose runs took ``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         rows = batch_step.run_variant(spark, spec, VARIANT, ds, rs)
         wall = time.monotonic() - t
-        parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, the output's count
+        parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, bookkeeping
         out = spark.read.format("delta").load(Tables.of(spec, rs).output(VARIANT)).where(F.col("ds") == F.lit(ds))
         right_id = col_name("right", spec.right.id)
         c = out.agg(

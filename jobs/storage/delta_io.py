@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+
+from jobs.storage.spark import is_connect
 
 
 class MissingInput(Exception):
@@ -84,9 +86,21 @@ def _sql_literal(v: object) -> str:
 
 
 def replace_partitions(
-    df: DataFrame, path: str, where: dict[str, Sequence[object]], partition_by: Sequence[str] = ("ds",)
-) -> None:
-    """Overwrite exactly the rows matching ``where`` (column -> allowed values) with ``df``.
+    df: DataFrame,
+    path: str,
+    where: dict[str, Sequence[object]],
+    partition_by: Sequence[str] = ("ds",),
+    *,
+    stats_columns: Sequence[str] | None = None,
+    plain_columns: Sequence[str] = (),
+) -> int:
+    """Overwrite exactly the rows matching ``where`` (column -> allowed values) with ``df``;
+    returns the rows written, counted on the way (reading them back cost a 1 M-event batch join
+    0.6 s of its 7.5 s).
+
+    ``stats_columns``: a new table keeps file statistics (data skipping) for these columns only,
+    not Delta's default first 32 (``delta.dataSkippingStatsColumns``). ``plain_columns``: written
+    without a Parquet dictionary (unique values such as ids, where one only costs time).
 
     Example::
 
@@ -98,11 +112,27 @@ def replace_partitions(
         f"{col} IN ({', '.join(_sql_literal(v) for v in values)})" for col, values in where.items()
     )
     spark = df.sparkSession
-    writer = df.write.format("delta").mode("overwrite")
+    written = _observation(spark)
+    writer = df.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode("overwrite")
+    for column in plain_columns:
+        writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
     if table_exists(spark, path):
         writer.option("replaceWhere", predicate).save(path)
     else:
+        if stats_columns is not None:  # a table property: set where the table is made
+            writer = writer.option("delta.dataSkippingStatsColumns", ",".join(stats_columns))
         writer.partitionBy(*partition_by).save(path)
+    return int(written.get["rows"])
+
+
+def _observation(spark: SparkSession) -> Observation:
+    """An unnamed observation of the session's kind (``Observation()`` picks Connect's only when
+    the process is in Connect mode by environment, not for a session made with ``remote()``)."""
+    if is_connect(spark):
+        from pyspark.sql.connect.observation import Observation as ConnectObservation
+
+        return ConnectObservation()  # type: ignore[return-value]
+    return Observation()
 
 
 def append_batch(

@@ -48,6 +48,9 @@ BASE_CONF: dict[str, str] = {
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.ansi.enabled": "false",
+    # AQE joins shuffled partitions whose build side fits this by hash instead of sorting both sides
+    # (the batch windowed join; a bigger partition keeps the sort-merge join, which spills)
+    "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "64MB",
 }
 
 
