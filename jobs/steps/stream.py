@@ -164,7 +164,6 @@ def start_streaming_join(
         )
     guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
     _ensure_recorder(spark, spec, tables)
-    spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
     limit = spec.streaming.max_offsets_per_trigger
 
     def start_of(topic: str) -> str:
@@ -183,17 +182,24 @@ def start_streaming_join(
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
-    queries = [
-        _with_trigger(
-            joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))
-            .outputMode("append")
-            .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
-            .foreachBatch(sink),
-            spec,
-            available_now,
-            trigger_interval,
-        ).start()
-    ]
+    # the state's partitions: a query copies the session's conf as it starts, so the process's own
+    # (its batch jobs') is back right after
+    session_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
+    try:
+        queries = [
+            _with_trigger(
+                joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))
+                .outputMode("append")
+                .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
+                .foreachBatch(sink),
+                spec,
+                available_now,
+                trigger_interval,
+            ).start()
+        ]
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(session_partitions))
     if quarantine:
         queries.append(
             start_quarantine(

@@ -111,7 +111,14 @@ def run(spark, kafka, demo_spec, test_settings, tmp_path_factory):
     publish(kafka, demo_spec.left.topic, responses(4))
     publish(kafka, demo_spec.right.topic, clicks(5))
 
-    (query,) = start_streaming_join(spark, demo_spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
+    # the session's own shuffle partitions (its batch jobs') are not the state's (the spec's 2, which
+    # the checkpoint records, asserted below) and are back once the query has started
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    try:
+        (query,) = start_streaming_join(spark, demo_spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
     try:
         assert query.awaitTermination(timeout=600), "availableNow run did not finish in 10 minutes"
     finally:
