@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -34,10 +35,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Event times are instants; ds is computed in the spec's zone explicitly.
     "spark.sql.session.timeZone": "UTC",
-    # batch shuffles: AQE coalesces small ones down to what the data needs; at 10 M left events, 32
-    # partitions are small enough to join by hash and not spill (bench.batch_vs_duckdb: 57 s -> 46 s
-    # against 4). The stream's state has the spec's own (streaming.shuffle_partitions).
-    "spark.sql.shuffle.partitions": "32",
+    "spark.sql.shuffle.partitions": "4",
     # Paper §6.1: the join window is state; RocksDB keeps it off the JVM heap and
     # changelog checkpointing makes each micro-batch's commit small.
     "spark.sql.streaming.stateStore.providerClass": (
@@ -55,6 +53,32 @@ BASE_CONF: dict[str, str] = {
     # (the batch windowed join; a bigger partition keeps the sort-merge join, which spills)
     "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "64MB",
 }
+
+
+#: The batch join's shuffle partitions (``run_variant``): AQE coalesces them down to what the data
+#: needs, and at 10 M left events 32 are small enough to join by hash and not spill
+#: (bench.batch_vs_duckdb: 57 s -> 46 s against 4). Not the session's default: a landing writes its
+#: cached rows as they are partitioned, 32 files a ds and ~1 s more per write (measured).
+JOIN_SHUFFLE_PARTITIONS = 32
+
+
+@contextlib.contextmanager
+def conf_for(spark: SparkSession, conf: dict[str, str], s: Settings | None = None) -> Iterator[None]:
+    """``conf`` on the session for the block, its previous values (or none) afterwards; a key the
+    user set in the settings' ``spark_conf`` keeps the user's value."""
+    user = (s or settings()).spark_conf
+    changed = {k: v for k, v in conf.items() if k not in user}
+    before = {k: spark.conf.get(k, None) for k in changed}
+    for k, v in changed.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
 
 
 def spark_jars(s: Settings) -> list[str]:
