@@ -85,6 +85,11 @@ def supervised_stream_pid(spec: JoinSpec, s: Settings | None = None) -> int | No
     return int(pid) if pid_alive(pid) else None
 
 
+#: How long a stream waits for the checkpoint of an owner that is no longer running (its last
+#: threads still exiting) before it reports the checkpoint busy.
+EXITING_OWNER_WAIT_S = 10
+
+
 class CheckpointBusy(RuntimeError):
     """Another process runs the pipeline's stream queries; the message names it and what to do."""
 
@@ -98,13 +103,21 @@ def stream_owner(spec: JoinSpec, s: Settings | None = None, *, role: str) -> Ite
     lock, owner = folder / "stream.lock", folder / "stream.owner.json"
     fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        released_by = time.monotonic() + EXITING_OWNER_WAIT_S
+        while True:
             try:
-                other = json.loads(owner.read_text())
-            except (OSError, ValueError):
-                other = {}
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                try:
+                    other = json.loads(owner.read_text())
+                except (OSError, ValueError):
+                    other = {}
+            # an owner that was just stopped holds the lock until its last thread has exited, a
+            # moment after its main thread (which is all a process check sees)
+            if not pid_alive(other.get("pid")) and time.monotonic() < released_by:
+                time.sleep(0.1)
+                continue
             raise CheckpointBusy(
                 f"{spec.pipeline}'s checkpoint is in use by pid {other.get('pid', '?')} ({other.get('role', '?')}, "
                 f"since {other.get('since', '?')}): run one stream at a time; stop that one "
