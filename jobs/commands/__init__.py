@@ -370,8 +370,9 @@ def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes
     from jobs.accuracy.recommend import default_cadence
     from jobs.accuracy.verify import predict_trial, verify
 
-    if rec.cadence != default_cadence(spec, slice_minutes).label():
-        with console.status(f"predicting the chosen settings for {default_cadence(spec, slice_minutes).label()}"):
+    trial = default_cadence(spec, slice_minutes).label()
+    if rec.cadence != trial:
+        with console.status(f"predicting the chosen settings for {trial}"):
             rec = predict_trial(spark, spec, days, rec.chosen, slice_minutes)
     with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
         return verify(spark, spec, rec, days, bootstrap=_bootstrap(), slice_minutes=slice_minutes)

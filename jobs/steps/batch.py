@@ -73,7 +73,7 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
     left = batch_input.read_side(spark, tables, "left", [ds], made_by=land)
     right = batch_input.read_side(spark, tables, "right", days, made_by=land)
     out = join_events(left, right, spec, windowed=is_windowed(variant))
-    with conf_for(spark, {"spark.sql.shuffle.partitions": str(JOIN_SHUFFLE_PARTITIONS)}, s):
+    with conf_for(spark, {"spark.sql.shuffle.partitions": str(JOIN_SHUFFLE_PARTITIONS)}, tables.settings):
         n = delta_io.replace_partitions(out, tables.output(variant), {"ds": [ds]}, **output_layout(spec))
     log.info("%s ds=%s: %d rows from right days %s", variant, ds, n, [str(d) for d in days])
     return n

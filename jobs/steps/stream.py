@@ -51,6 +51,7 @@ from jobs.storage.progress import (
     settle_log,
     watermark_ms,
 )
+from jobs.storage.spark import conf_for
 from jobs.storage.stream_runs import BACKLOG, LIVE, LIVE_BACKLOG_INTERVALS, record_run
 from jobs.storage.tables import Tables
 
@@ -182,11 +183,9 @@ def start_streaming_join(
     joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
-    # the state's partitions: a query copies the session's conf as it starts, so the process's own
-    # (its batch jobs') is back right after
-    session_partitions = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(spec.streaming.shuffle_partitions))
-    try:
+    # the state's partitions, the spec's whatever the user's conf: a query copies the session's conf
+    # as it starts, so the process's own (its batch jobs') is back right after
+    with conf_for(spark, {"spark.sql.shuffle.partitions": str(spec.streaming.shuffle_partitions)}):
         queries = [
             _with_trigger(
                 joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))
@@ -198,8 +197,6 @@ def start_streaming_join(
                 trigger_interval,
             ).start()
         ]
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", str(session_partitions))
     if quarantine:
         queries.append(
             start_quarantine(

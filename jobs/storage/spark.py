@@ -63,11 +63,10 @@ JOIN_SHUFFLE_PARTITIONS = 32
 
 
 @contextlib.contextmanager
-def conf_for(spark: SparkSession, conf: dict[str, str], s: Settings | None = None) -> Iterator[None]:
-    """``conf`` on the session for the block, its previous values (or none) afterwards; a key the
-    user set in the settings' ``spark_conf`` keeps the user's value."""
-    user = (s or settings()).spark_conf
-    changed = {k: v for k, v in conf.items() if k not in user}
+def conf_for(spark: SparkSession, conf: dict[str, str], users: Settings | None = None) -> Iterator[None]:
+    """``conf`` on the session for the block, its previous values (or none) afterwards. With
+    ``users``, a key set in its ``spark_conf`` keeps the user's value."""
+    changed = {k: v for k, v in conf.items() if users is None or k not in users.spark_conf}
     before = {k: spark.conf.get(k, None) for k in changed}
     for k, v in changed.items():
         spark.conf.set(k, v)

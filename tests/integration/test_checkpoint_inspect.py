@@ -113,12 +113,13 @@ def run(spark, kafka, demo_spec, test_settings, tmp_path_factory):
 
     # the session's own shuffle partitions (its batch jobs') are not the state's (the spec's 2, which
     # the checkpoint records, asserted below) and are back once the query has started
+    before = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "7")
     try:
         (query,) = start_streaming_join(spark, demo_spec, bootstrap=kafka, s=s, available_now=True, quarantine=False)
         assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        spark.conf.set("spark.sql.shuffle.partitions", before)
     try:
         assert query.awaitTermination(timeout=600), "availableNow run did not finish in 10 minutes"
     finally:
