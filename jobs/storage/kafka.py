@@ -371,15 +371,25 @@ def read_stream(
     return reader.load()
 
 
+#: How far past the end of a time range a partition is read for records stamped inside it: a
+#: producer's CreateTime need not grow with the offset (producers whose clocks differ share a
+#: partition), so records of the range may sit after the first offset stamped at its end. A day of
+#: disorder is read; more is not.
+MAX_TIMESTAMP_DISORDER_MS = 86_400_000
+
+
 def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int) -> DataFrame:
-    """A batch read of the records of ``topic`` with timestamps in ``[start_ms, end_ms)``."""
+    """A batch read of the records of ``topic`` with timestamps in ``[start_ms, end_ms)``: each
+    partition from its first offset stamped at or after ``start_ms`` to its first offset stamped at
+    or after ``end_ms`` + :data:`MAX_TIMESTAMP_DISORDER_MS` (or its end), as :func:`read_by_time`."""
     return (
         spark.read.format("kafka")
         .options(**spark_options(client_properties(settings())))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingTimestamp", str(start_ms))
-        .option("endingTimestamp", str(end_ms))
+        # Spark reads to the partition's end when no offset is stamped that late
+        .option("endingTimestamp", str(end_ms + MAX_TIMESTAMP_DISORDER_MS))
         .option("startingOffsetsByTimestampStrategy", "latest")
         .load()
         .where(
@@ -390,11 +400,6 @@ def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, e
 
 
 # ------------------------------------------------------------------ reading history by arrival time
-
-#: How far past the end of a time range a partition is read for records stamped inside it: a
-#: producer's CreateTime need not grow with the offset (a skewed partition), so records of the
-#: range may sit after the first offset stamped at its end. A day of disorder is read; more is not.
-MAX_TIMESTAMP_DISORDER_MS = 86_400_000
 
 #: One record read back from Kafka: (timestamp ms, topic, partition, offset, key, value, headers).
 Record = tuple[int, str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]

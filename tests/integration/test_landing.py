@@ -1,0 +1,54 @@
+"""Landing one ds from a real broker: a record stamped inside the day is landed even when it sits
+in its partition after records stamped the next day (producers whose clocks differ share a
+partition), and only once: the next day's landing does not take it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+DAY = date(2026, 11, 20)
+MIDNIGHT = datetime(2026, 11, 21, 0, 0, tzinfo=UTC)
+
+
+def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its_day(
+    spark, kafka, own_pipeline_spec, test_settings
+):
+    from jobs.steps.landing import land_ds
+    from jobs.storage import kafka as kafka_io
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec("landing_disorder")
+    for st in (spec.left, spec.right):
+        kafka_io.create_topic(kafka, st.topic, partitions=1)
+    # offset order in the one partition; the third producer's clock is 8 minutes behind
+    arrivals = {
+        "L1": MIDNIGHT - timedelta(minutes=10),
+        "L2": MIDNIGHT + timedelta(minutes=5),
+        "L3": MIDNIGHT - timedelta(minutes=3),
+        "L4": MIDNIGHT + timedelta(minutes=10),
+    }
+    producer = kafka_io.producer(kafka)
+    try:
+        for event_id, arrival in arrivals.items():
+            event_time = (arrival - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            value = {"event_id": event_id, "session_id": "s1", "event_time": event_time, "query": "q", "result_count": 1}
+            producer.send(
+                spec.left.topic, value=json.dumps(value).encode(), partition=0, timestamp_ms=int(arrival.timestamp() * 1000)
+            )
+        producer.flush()
+    finally:
+        producer.close()
+
+    landed = {}
+    for ds in (DAY, DAY + timedelta(days=1)):
+        result = land_ds(spark, spec, "left", ds, test_settings, bootstrap=kafka)
+        assert result.quarantined_total == 0, result.quarantined
+        rows = spark.read.format("delta").load(Tables.of(spec, test_settings).landed("left")).where(f"ds = '{ds}'")
+        landed[ds] = sorted(r.event_id for r in rows.select("event_id").collect())
+        assert result.records == result.landed == len(landed[ds])
+    assert landed == {DAY: ["L1", "L3"], DAY + timedelta(days=1): ["L2", "L4"]}
