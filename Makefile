@@ -11,8 +11,12 @@ setup:
 demo: setup
 	$(VENV)/joinshift demo
 
+# two pytest-xdist workers, a test module (and the modules sharing the demo pipeline) per worker
+# (tests/conftest.py); each worker has its own Spark driver and broker (~4 GiB). TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
+
 test: setup
-	$(VENV)/python -m pytest -q
+	$(VENV)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: setup  ## pure logic only: no broker, no Airflow
 	$(VENV)/python -m pytest -q tests/unit

@@ -43,8 +43,13 @@ os.environ.pop("JOINSHIFT_CONFIG", None)
 
 import logging  # noqa: E402
 
-from jobs.local.airflow_env import apply_airflow_env  # noqa: E402
+from jobs.local.airflow_env import airflow_env, apply_airflow_env  # noqa: E402
 
+# Airflow's settings derived from AIRFLOW_HOME: a pytest-xdist worker inherits its controller's,
+# which name the controller's folder, not this process's
+for _key in airflow_env():
+    if _key.startswith("AIRFLOW__"):
+        os.environ.pop(_key, None)
 apply_airflow_env()
 # py4j logs its shutdown after pytest closed the streams it captured
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -163,3 +168,19 @@ def own_pipeline_spec(demo_spec):
         )
 
     return make
+
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (``make test`` runs two workers), a test module stays on one worker so its
+    module fixtures are built once, and the modules that read the demo pipeline share one worker so
+    it is built once. The default grouping only: a test that names its own ``xdist_group`` keeps it."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    demo_modules = {item.module.__name__ for item in items if "demo_pipeline" in getattr(item, "fixturenames", ())}
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("demo_pipeline" if module in demo_modules else module))

@@ -504,6 +504,7 @@ def _shown_health(frame) -> dict:
     return out
 
 
+@pytest.mark.usefixtures("demo_pipeline")  # its real progress log (``_real_progress``)
 def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
     from jobs.local.airflow_ui import (
         chromium_page,
