@@ -36,9 +36,13 @@ def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its
     try:
         for event_id, arrival in arrivals.items():
             event_time = (arrival - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-            value = {"event_id": event_id, "session_id": "s1", "event_time": event_time, "query": "q", "result_count": 1}
+            value = {"event_id": event_id, "session_id": "s1", "event_time": event_time, "query": "q"}
+            stamp = int(arrival.timestamp() * 1000)
             producer.send(
-                spec.left.topic, value=json.dumps(value).encode(), partition=0, timestamp_ms=int(arrival.timestamp() * 1000)
+                spec.left.topic,
+                value=json.dumps({**value, "result_count": 1}).encode(),
+                partition=0,
+                timestamp_ms=stamp,
             )
         producer.flush()
     finally:
