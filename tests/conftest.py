@@ -170,7 +170,6 @@ def own_pipeline_spec(demo_spec):
     return make
 
 
-
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """With pytest-xdist (``make test`` runs two workers), a test module stays on one worker so its
