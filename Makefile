@@ -16,7 +16,7 @@ demo: setup
 TEST_WORKERS ?= 2
 
 test: setup
-	$(VENV)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/python -m pytest -q -n $(TEST_WORKERS)
 
 test-fast: setup  ## pure logic only: no broker, no Airflow
 	$(VENV)/python -m pytest -q tests/unit

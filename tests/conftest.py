@@ -170,16 +170,31 @@ def own_pipeline_spec(demo_spec):
     return make
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
+#: The modules that read the demo pipeline (the ``demo_pipeline`` fixture): one pytest-xdist worker
+#: runs them all, so the pipeline is built once (~2 minutes). Checked at collection.
+DEMO_PIPELINE_MODULES = frozenset({"test_pipeline_e2e.py", "test_recommendation_verified.py", "test_ui_plugin.py"})
+
+
 def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (``make test`` runs two workers), a test module stays on one worker so its
-    module fixtures are built once, and the modules that read the demo pipeline share one worker so
-    it is built once. The default grouping only: a test that names its own ``xdist_group`` keeps it."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    demo_modules = {item.module.__name__ for item in items if "demo_pipeline" in getattr(item, "fixturenames", ())}
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("demo_pipeline" if module in demo_modules else module))
+    unlisted = {
+        item.path.name
+        for item in items
+        if "demo_pipeline" in getattr(item, "fixturenames", ()) and item.path.name not in DEMO_PIPELINE_MODULES
+    }
+    if unlisted:
+        raise pytest.UsageError(f"add {sorted(unlisted)} to DEMO_PIPELINE_MODULES in tests/conftest.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs two pytest-xdist workers: a test module runs on one worker, so its module
+    fixtures are built once, and the demo pipeline's readers share one. (Not ``--dist loadgroup``:
+    with pytest 9.2 its groups are silently ignored, pytest-xdist issue 1386.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "demo_pipeline" if Path(module).name in DEMO_PIPELINE_MODULES else module
+
+    return ModuleScheduling(config, log)
