@@ -1,5 +1,5 @@
-"""What landing a ds costs: ``land_ds`` per side and day against its own parse alone (the Kafka read,
-parsing and the duplicate check counted, nothing written) in the same warm JVM, on the same topics.
+"""What landing a ds costs: ``land_ds`` per side and day against its own parse alone (``read_ds``
+counted: the Kafka read, parsing, the duplicate checks; nothing written), in one warm JVM.
 
 A generated workload (the demo's size by default) is published once into the bench's own broker;
 every arrival day is landed per side in two rounds, the first paying the JVM's warm-up; the second
@@ -30,18 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-landing"), help="scratch folder (wiped)")
     args = p.parse_args(argv)
 
-    from pyspark.sql import functions as F
-
     from jobs.local.kafka_broker import EmbeddedKafka
-    from jobs.steps.landing import ds_bounds_ms, land_ds, land_records
+    from jobs.steps.landing import land_ds, read_ds
     from jobs.storage import kafka
     from jobs.storage.spark import get_spark
+    from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
 
     s = scratch_settings(Path(args.root))
     spec = default_spec()
+    tables = Tables.of(spec, s)
     first = date(2026, 11, 19)
     days = [first + timedelta(days=i) for i in range(args.days + 1)]
     broker = EmbeddedKafka(s)
@@ -56,11 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(2):  # the first pays the warm-up
             for ds in days:
                 for side in ("left", "right"):
-                    stream = spec.side(side)
-                    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
                     t0 = time.monotonic()
-                    raw = kafka.read_range(spark, bootstrap, stream.topic, start_ms, end_ms)
-                    land_records(raw, stream, spec).where(F.col("ds") == F.lit(ds)).count()
+                    read_ds(spark, spec, side, ds, tables, bootstrap).count()
                     parse_s = time.monotonic() - t0
                     t0 = time.monotonic()
                     result = land_ds(spark, spec, side, ds, s, bootstrap)

@@ -57,24 +57,31 @@ def ds_bounds_ms(ds: date, timezone: str) -> tuple[int, int]:
     return int(start.timestamp() * 1000), int(end.timestamp() * 1000)
 
 
+def read_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date, tables: Tables, bootstrap: str) -> DataFrame:
+    """One stream's ds read from Kafka and parsed (:func:`land_records`), re-sends of the previous
+    landed day flagged as duplicates: what :func:`land_ds` writes, not yet computed."""
+    stream = spec.side(side)
+    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
+    # arrival from a field: the ds is the field's, so read record timestamps around the day too
+    slack_ms = int(stream.format.arrival_slack.total_seconds() * 1000) if stream.format.arrival_field else 0
+    raw = kafka.read_range(spark, bootstrap, stream.topic, start_ms - slack_ms, end_ms + slack_ms)
+    landed_path = tables.landed(side)
+    seen = None
+    if delta_io.table_exists(spark, landed_path):
+        # duplicates are re-sends minutes apart: the previous day is enough to catch them
+        seen = spark.read.format("delta").load(landed_path).where(F.col("ds") == F.lit(ds - timedelta(days=1)))
+    return land_records(raw, stream, spec, seen).where(F.col("ds") == F.lit(ds))
+
+
 def land_ds(
     spark: SparkSession, spec: JoinSpec, side: str, ds: date, s: Settings | None = None, bootstrap: str | None = None
 ) -> LandingResult:
     """I/O shell: land one stream's ds from Kafka into Delta, quarantine the bad records."""
     tables = Tables.of(spec, s)
     stream = spec.side(side)
-    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
-    # arrival from a field: the ds is the field's, so read record timestamps around the day too
-    slack_ms = int(stream.format.arrival_slack.total_seconds() * 1000) if stream.format.arrival_field else 0
-    bootstrap = bootstrap or kafka.bootstrap_servers(tables.settings)
-    raw = kafka.read_range(spark, bootstrap, stream.topic, start_ms - slack_ms, end_ms + slack_ms)
-
     landed_path = tables.landed(side)
-    seen = None
-    if delta_io.table_exists(spark, landed_path):
-        # duplicates are re-sends minutes apart: the previous day is enough to catch them
-        seen = spark.read.format("delta").load(landed_path).where(F.col("ds") == F.lit(ds - timedelta(days=1)))
-    parsed = land_records(raw, stream, spec, seen).where(F.col("ds") == F.lit(ds)).persist()
+    bootstrap = bootstrap or kafka.bootstrap_servers(tables.settings)
+    parsed = read_ds(spark, spec, side, ds, tables, bootstrap).persist()
     try:
         delta_io.replace_partitions(
             quarantine_rows(parsed, stream, "landing"),
