@@ -19,8 +19,13 @@ req_hash=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
   say "creating .venv and installing pinned dependencies (a few minutes the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # pip relays setuptools' notes on an editable install; its log is shown only when it fails
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e ".[dev]"; } \
+      > .venv/pip-install.log 2>&1; then
+    cat .venv/pip-install.log >&2
+    say "installing the Python dependencies failed (above; also in .venv/pip-install.log): fix and rerun make setup"
+    exit 1
+  fi
   echo "$req_hash" > .venv/.installed
 fi
 
@@ -31,8 +36,14 @@ resolve() {  # resolve <pom dir> <target dir>
   if [ -f "$out/.resolved" ] && [ "$(cat "$out/.resolved")" = "$h" ]; then return; fi
   say "resolving $1 jars from Maven Central into $out"
   rm -rf "$out" && mkdir -p "$out"
-  mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
-      -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime
+  # quiet Maven still prints bare colour resets; its output is shown only when it fails
+  local log
+  if ! log=$(mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime 2>&1); then
+    printf '%s\n' "$log" >&2
+    say "resolving $1 failed (above): check the network to Maven Central and rerun make setup"
+    exit 1
+  fi
   echo "$h" > "$out/.resolved"
 }
 resolve kafka kafka
