@@ -259,15 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             runs: dict[str, list[float]] = {"spark": [], "duckdb": []}
             spark_parts: list[dict[str, float]] = []
             answers: dict[str, dict[str, int]] = {}
-            for r in range(args.repeat):
-                if r and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
+            for i in range(args.repeat):
+                if i and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
                     break
-                w, answers["spark"] = spark_run(spec, ds, str(r))
+                w, answers["spark"] = spark_run(spec, ds, str(i))
                 runs["spark"].append(round(w, 2))
                 spark_parts.append({k: round(v, 2) for k, v in parts.items()})
-                w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(r))
+                w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(i))
                 runs["duckdb"].append(round(w, 2))
-                print(f"  run {r}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
+                print(f"  run {i}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
             med = {k: statistics.median(v) for k, v in runs.items()}
             # the join alone, into Spark's noop sink: what the Delta write and the product's checks add
             t = time.monotonic()

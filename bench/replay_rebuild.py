@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             plan = replay(spark, spec, cutover, bootstrap=bootstrap, s=s)
             rebuild_s = time.monotonic() - t
             replayed = _records_after(bootstrap, plan.offsets)
-            state = state_summary(spark, Path(plan.checkpoint))
+            state = state_summary(spark, str(plan.checkpoint))
             replayed_span = cutover - min(replay_start(spec, side, cutover) for side in ("left", "right"))
             results.append(
                 {

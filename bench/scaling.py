@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.kafka import create_topic
-    from jobs.storage.progress import JOIN_QUERY, await_logged, read_progress
+    from jobs.storage.progress import JOIN_QUERY, read_progress, settle_log
     from jobs.storage.spark import get_spark
     from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         q.awaitTermination()
         wall = time.monotonic() - t0
         log = Tables.of(spec, rs).progress_log(JOIN_QUERY)
-        await_logged(log, q)
+        settle_log(log, q)
         progress = read_progress(log)
         records = sum(int(x.get("numInputRows", 0)) for x in progress)
         point = {

@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.warmup):  # JIT and code generation settle over the first runs
             rows = one_join()
             result = the_sweep()
-        runs = {"join": [], "sweep": []}
+        runs: dict[str, list[tuple[float, float]]] = {"join": [], "sweep": []}
         for _ in range(args.repeat):
             runs["join"].append(cpu.measure(one_join)[:2])
             runs["sweep"].append(cpu.measure(the_sweep)[:2])
