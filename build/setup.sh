@@ -13,19 +13,26 @@ ROOT=$PWD
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+# quietly <log file> <what to do if it fails> <command...>: the command's output goes to the log, shown
+# only when it fails (pip relays setuptools' notes on an editable install, quiet Maven still prints
+# bare colour resets)
+quietly() {
+  local log=$1 hint=$2; shift 2
+  if ! "$@" > "$log" 2>&1; then
+    cat "$log" >&2
+    say "$hint (output above, also in $log)"
+    exit 1
+  fi
+}
 
 # --- 1. Python ----------------------------------------------------------------------------
 req_hash=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
   say "creating .venv and installing pinned dependencies (a few minutes the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
-  # pip relays setuptools' notes on an editable install; its log is shown only when it fails
-  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e ".[dev]"; } \
-      > .venv/pip-install.log 2>&1; then
-    cat .venv/pip-install.log >&2
-    say "installing the Python dependencies failed (above; also in .venv/pip-install.log): fix and rerun make setup"
-    exit 1
-  fi
+  pip_failed="installing the Python dependencies failed: fix and rerun make setup"
+  quietly .venv/pip-upgrade.log "$pip_failed" .venv/bin/python -m pip install -q --upgrade pip
+  quietly .venv/pip-install.log "$pip_failed" .venv/bin/python -m pip install -q -e ".[dev]"
   echo "$req_hash" > .venv/.installed
 fi
 
@@ -36,14 +43,9 @@ resolve() {  # resolve <pom dir> <target dir>
   if [ -f "$out/.resolved" ] && [ "$(cat "$out/.resolved")" = "$h" ]; then return; fi
   say "resolving $1 jars from Maven Central into $out"
   rm -rf "$out" && mkdir -p "$out"
-  # quiet Maven still prints bare colour resets; its output is shown only when it fails
-  local log
-  if ! log=$(mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
-      -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime 2>&1); then
-    printf '%s\n' "$log" >&2
-    say "resolving $1 failed (above): check the network to Maven Central and rerun make setup"
-    exit 1
-  fi
+  quietly "$out/maven.log" "resolving $1 failed: check the network to Maven Central and rerun make setup" \
+    mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
+      -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime
   echo "$h" > "$out/.resolved"
 }
 resolve kafka kafka

@@ -98,7 +98,7 @@ def land_ds(
             .collect()
         )
         # last: ``parsed`` reads this table (the previous day's ids), so the write drops its cache,
-        # and anything after it would parse the day again (6.5 s -> 5.4 s a landing: python -m bench.landing)
+        # and anything after it would parse the day again (6.5 s -> 5.3 s a landing: python -m bench.landing)
         delta_io.replace_partitions(good_events(parsed, stream), landed_path, {"ds": [ds]})
     finally:
         parsed.unpersist()
