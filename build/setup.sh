@@ -15,7 +15,7 @@ command -v "$PY" >/dev/null || PY=python3
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # quietly <log file> <what to do if it fails> <command...>: the command's output goes to the log, shown
 # only when it fails (pip relays setuptools' notes on an editable install, quiet Maven still prints
-# bare colour resets)
+# bare colour resets, apt's debconf says apt-utils is missing)
 quietly() {
   local log=$1 hint=$2; shift 2
   if ! "$@" > "$log" 2>&1; then
@@ -78,7 +78,9 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian's chromium (headless browser for the UI test)"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    mkdir -p .cache
+    quietly .cache/apt-chromium.log "installing chromium failed: install it (apt-get install chromium) and rerun make setup" \
+      sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium'
   else
     say "chromium not found and cannot install it here: the browser test of the UI page will be skipped"
   fi
