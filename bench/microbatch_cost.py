@@ -5,8 +5,11 @@ progress durations (Spark's ``durationMs``) and the exactly-once sink's Delta ap
 Configurations (``--variant``, repeatable; default all): ``product`` (joinshift's settings),
 ``hdfs-state`` (the in-memory HDFS-backed state store instead of RocksDB), ``no-aqe``
 (adaptive query execution off), ``delta-snapshot-50`` (Delta's log replay in its default 50 tasks
-instead of the local driver's one per core). Each runs the same backlog twice in one warm JVM;
-the second run's batches 4.. are the steady state reported (medians).
+instead of the local driver's one per core), ``join-state-v3`` (the join's four state stores as
+column families of one RocksDB), ``filecontext-checkpoint`` (Spark's default checkpoint
+file manager, FileContext's, instead of the FileSystem one a local storage root uses). Each runs
+the same backlog twice in one warm JVM; the second run's batches 4.. are the steady state reported
+(medians).
 
     python -m bench.microbatch_cost [--left-events 2000] [--max-offsets 200] [--variant product]
 """
@@ -34,6 +37,12 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
     "no-aqe": {"spark.sql.adaptive.enabled": "false"},
     "delta-snapshot-50": {"spark.databricks.delta.snapshotPartitions": "50"},
+    "join-state-v3": {"spark.sql.streaming.join.stateFormatVersion": "3"},
+    "filecontext-checkpoint": {
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+        )
+    },
 }
 STEPS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         publish(wl.records, bootstrap)
         spark = get_spark("joinshift-bench-microbatch", s)
         defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
-        for name in args.variant or list(VARIANTS):
+        for i, name in enumerate(args.variant or list(VARIANTS)):  # a variant may be named again: A/B/A/B
             for k, v in {**defaults, **VARIANTS[name]}.items():
                 if v is None:
                     spark.conf.unset(k)
@@ -88,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                     spark.conf.set(k, v)
             for run in range(2):  # the first pays the warm-up of this configuration
                 sink_s.clear()
-                rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{name}_{run}"))
+                rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{i}_{name}_{run}"))
                 t0 = time.monotonic()
                 (q,) = start_streaming_join(
                     spark, spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False

@@ -62,7 +62,9 @@ def _output(spark, spec, s):
     return df.select("left_event_id", "right_event_id")
 
 
-@pytest.mark.parametrize("cardinality,short", [("1-to-n", False), ("1-to-1", False), ("1-to-n", True)])
+# 1-to-n with short watermarks only: its reference run has the same micro-batches, so a restart that
+# lost, repeated or re-cut a batch changes which late rows drop; wide watermarks could not see a re-cut
+@pytest.mark.parametrize("cardinality,short", [("1-to-1", False), ("1-to-n", True)])
 def test_crash_after_the_delta_write_then_restart_neither_loses_nor_duplicates(
     spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root, cardinality, short
 ):
