@@ -206,7 +206,7 @@ def _local_checkpoint_conf(s: Settings) -> dict[str, str]:
     """With a local storage root, streaming checkpoints (offsets, commits, the state stores' files)
     are written through Hadoop's FileSystem API, not Spark's default FileContext: FileContext's
     rename checks both paths for symlinks by starting a ``readlink`` process each time, ~100 per
-    micro-batch, ~0.35 s of its ~1.1 s (bench/microbatch_cost.py). On a local disk the rename
+    micro-batch: ~0.4 s of a ~1 s micro-batch (bench/microbatch_cost.py). On a local disk the rename
     is the same atomic rename(2), and a checkpoint has one writer (``jobs.storage.hold.stream_owner``).
     Object stores keep Spark's default; ``spark_conf`` overrides either."""
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS} if s.storage_is_local else {}

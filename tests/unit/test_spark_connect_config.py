@@ -111,6 +111,20 @@ def test_a_local_driver_rebuilds_delta_file_lists_in_one_task_per_core_and_a_clu
     assert conf("local[3]", **{key: "16"})[key] == "16"  # the user's spark_conf wins
 
 
+def test_checkpoints_on_a_local_storage_root_are_written_through_the_file_system_api(tmp_path):
+    from jobs.settings import Settings
+    from jobs.storage.spark import FILE_SYSTEM_CHECKPOINTS, session_conf
+
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+
+    def conf(root: str, **spark_conf: str) -> dict[str, str]:
+        return session_conf(Settings(storage_root=root, log_dir=str(tmp_path), spark_conf=spark_conf))
+
+    assert conf(str(tmp_path))[key] == conf(f"file://{tmp_path}")[key] == FILE_SYSTEM_CHECKPOINTS
+    assert key not in conf("s3a://bucket/joinshift")  # an object store keeps Spark's default
+    assert conf(str(tmp_path), **{key: "my.Manager"})[key] == "my.Manager"  # the user's spark_conf wins
+
+
 def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
     """pyspark alone would retry for minutes; the CLI names what to do and exits 1 (a child
     process: settings are read once per process, and this one may hold a local driver)."""
