@@ -63,16 +63,12 @@ class Settings:
         """A location under the storage root (a local path or a URI: read it through ``jobs.storage.fs``)."""
         return "/".join([self.storage_root.rstrip("/"), *parts])
 
-    @property
-    def storage_is_local(self) -> bool:
-        """Whether the storage root is on this machine's file system (a path or a ``file:`` URI)."""
-        return not _SCHEME.match(self.storage_root) or self.storage_root.startswith("file:")
-
     def local_path(self, *parts: str) -> Path:
         """A location on this machine's disk for files that only make sense here (see ``local_root``)."""
         root = self.local_root
         if not root:
-            root = self.storage_root if self.storage_is_local else str(PROJECT_ROOT / "var" / "local")
+            remote = _SCHEME.match(self.storage_root) and not self.storage_root.startswith("file:")
+            root = str(PROJECT_ROOT / "var" / "local") if remote else self.storage_root
         root = root.removeprefix("file:")
         return Path("/" + root.lstrip("/") if root.startswith("//") else root, *parts)
 

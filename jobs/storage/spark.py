@@ -26,6 +26,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.settings import Settings, settings
+from jobs.storage import fs
 
 log = logging.getLogger("joinshift.spark")
 
@@ -209,7 +210,9 @@ def _local_checkpoint_conf(s: Settings) -> dict[str, str]:
     micro-batch: ~0.4 s of a ~1 s micro-batch (bench/microbatch_cost.py). On a local disk the rename
     is the same atomic rename(2), and a checkpoint has one writer (``jobs.storage.hold.stream_owner``).
     Object stores keep Spark's default; ``spark_conf`` overrides either."""
-    return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS} if s.storage_is_local else {}
+    if not fs.is_local(s.storage_root):
+        return {}
+    return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
 
 
 def is_connect(spark: SparkSession) -> bool:
