@@ -228,7 +228,7 @@ def test_attribution_applies_the_predicate_when_it_names_a_miss_cause(spark):
 
 
 def test_hourly_match_rates_sum_to_the_day_and_use_the_specs_time_zone(spark):
-    from jobs.accuracy.compare import hourly_metrics, variant_metrics
+    from jobs.accuracy.compare import ds_metrics, matched_pairs
 
     spec = make_spec(timezone="America/Los_Angeles")  # UTC-8 in November
     left = events(
@@ -242,10 +242,11 @@ def test_hourly_match_rates_sum_to_the_day_and_use_the_specs_time_zone(spark):
     )
     right = events(spark, [("R1", "a", "12:01:00", 0), ("R3", "c", "13:12:00", 0), ("R3b", "c", "13:13:00", 0)])
     out = join_events(left, right, spec, windowed=True)
-    hourly = {(r.hour, r.left_events, r.matched_left) for r in hourly_metrics(left, out, "stream", spec).collect()}
+    daily, hourly = ds_metrics(left, matched_pairs({"stream": out}, spec), ["stream"], spec)
+    hourly = {(r.hour, r.left_events, r.matched_left) for r in hourly.collect()}
     # 12:00Z / 12:30Z are 04:xx in Los Angeles, 13:10Z is 05:10, 07:59Z is 23:59 of the day before
     assert hourly == {(4, 2, 1), (5, 1, 1), (23, 1, 0)}
-    day = variant_metrics(left, out, "stream", spec).first()
+    day = daily.first()
     assert (day.left_events, day.matched_left) == (sum(h[1] for h in hourly), sum(h[2] for h in hourly))
 
 
