@@ -16,7 +16,7 @@ import yaml
 DAYS = [date(2026, 11, 19), date(2026, 11, 20)]
 ARRIVAL_DAYS = [*DAYS, date(2026, 11, 21)]
 WORKLOAD = {"seed": 7, "start_date": "2026-11-19", "days": 2, "left_events_per_day": 1500}
-SLICE_MINUTES = 120  # coarse: each micro-batch costs ~2 s on 2 cores
+SLICE_MINUTES = 180  # coarse: each micro-batch costs ~1 s on 2 cores
 
 
 @dataclass(frozen=True)
