@@ -132,7 +132,8 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
     """Every setting a joinshift Spark driver starts with: master, jars, memory, the quiet log
     configuration, :data:`BASE_CONF`, then ``Settings.spark_conf`` and ``extra_conf`` (later wins).
     The one list for a driver of this process and for a Spark Connect server alike."""
-    return {
+    local_fs = _local_file_system_conf(s)
+    conf = {
         "spark.master": s.spark_master,
         "spark.jars": ",".join(spark_jars(s)),
         "spark.driver.memory": s.spark_driver_memory,
@@ -142,9 +143,15 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
         **BASE_CONF,
         **_local_delta_conf(s.spark_master),
         **_local_checkpoint_conf(s),
+        **local_fs,
         **s.spark_conf,
         **(extra_conf or {}),
     }
+    if local_fs:  # a class path of the user's keeps the file system's jar in front of it
+        jar, path = local_fs[_CLASS_PATH], conf[_CLASS_PATH]
+        if jar not in path.split(os.pathsep):
+            conf[_CLASS_PATH] = f"{jar}{os.pathsep}{path}"
+    return conf
 
 
 def driver_java_options(s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True) -> str:
@@ -166,7 +173,9 @@ def class_archive(s: Settings) -> Path:
     home = os.environ.get("JAVA_HOME")
     java = os.path.realpath(os.path.join(home, "bin", "java") if home else shutil.which("java") or "java")
     stamp = str(os.path.getmtime(java)) if os.path.exists(java) else ""
-    key = "\n".join([java, stamp, pyspark.__version__, *spark_jars(s)])
+    local_fs = local_file_system_jar(s)  # on the class path when there: the archive must know it
+    fs_stamp = [str(local_fs), str(local_fs.stat().st_mtime)] if local_fs.is_file() else []
+    key = "\n".join([java, stamp, pyspark.__version__, *spark_jars(s), *fs_stamp])
     return Path(s.jar_cache).parent / "cds" / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -213,6 +222,39 @@ def _local_checkpoint_conf(s: Settings) -> dict[str, str]:
     if not fs.is_local(s.storage_root):
         return {}
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
+
+
+#: Hadoop's local file system without a process per file (``build/localfs``, compiled by set-up).
+LOCAL_FILE_SYSTEM = "joinshift.hadoop.NioLocalFileSystem"
+_CLASS_PATH = "spark.driver.extraClassPath"
+
+
+def local_file_system_jar(s: Settings) -> Path:
+    """Where set-up puts the jar of :data:`LOCAL_FILE_SYSTEM` (none without a JDK's ``javac``)."""
+    return Path(s.jar_cache) / "localfs" / "joinshift-localfs.jar"
+
+
+def _local_file_system_conf(s: Settings) -> dict[str, str]:
+    """A local driver reaches local files through :data:`LOCAL_FILE_SYSTEM`: pyspark ships no
+    Hadoop native library, so Hadoop's own local file system starts a ``chmod`` process after every
+    file it creates and a ``readlink`` whenever it checks a path for a symlink (Delta's commits, the
+    state stores' files, every Parquet file): ~40 processes and ~0.14 s of a ~0.55 s micro-batch
+    (bench/microbatch_cost.py). It does the same through Java's file API. Both Hadoop APIs get it:
+    FileSystem (Parquet files, checkpoints) and FileContext (Delta's log store). A cluster keeps
+    Hadoop's (its executors do not have the jar), and so does a machine whose set-up found no
+    ``javac``; ``spark_conf`` overrides either. The jar is on every driver's class path, used or
+    not: the class archive (:func:`class_archive`) maps only into a JVM of the class path it was
+    written with."""
+    jar = local_file_system_jar(s)
+    if not jar.is_file():
+        return {}
+    if local_cores(s.spark_master) is None:
+        return {_CLASS_PATH: str(jar)}
+    return {
+        _CLASS_PATH: str(jar),
+        "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "joinshift.hadoop.NioLocalFs",
+    }
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -25,3 +25,58 @@ def test_a_steps_conf_is_set_for_its_block_only_and_the_users_wins(spark, test_s
     with conf_for(spark, {key: "31"}, users):
         assert spark.conf.get(key) == before  # the session was made with the user's value; left alone
     assert spark.conf.get(key) == before
+
+
+def test_a_local_driver_writes_file_modes_and_reads_links_through_java_not_hadoops_processes(spark, tmp_path):
+    """The local file system of a local driver (build/localfs): the modes and links Hadoop's own
+    gives, through Java's file API instead of a ``chmod``/``readlink`` process per file; Delta's log
+    store (FileContext) gets it too."""
+    import os
+    import stat
+
+    from py4j.protocol import Py4JJavaError
+
+    from jobs.storage.spark import LOCAL_FILE_SYSTEM
+
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    hadoop = jvm.org.apache.hadoop.fs
+
+    def path(name: str):
+        return hadoop.Path(f"file://{tmp_path}/{name}")
+
+    local = path("a").getFileSystem(conf)
+    assert local.getClass().getName() == LOCAL_FILE_SYSTEM
+    mode = jvm.org.apache.hadoop.fs.permission.FsPermission
+    local.create(path("a")).close()  # the default mode, the umask applied
+    assert stat.S_IMODE(os.stat(tmp_path / "a").st_mode) == 0o666 & ~_umask()
+    local.setPermission(path("a"), mode("640"))
+    assert stat.S_IMODE(os.stat(tmp_path / "a").st_mode) == 0o640
+    assert local.mkdirs(path("d/e"), mode("750"))  # a folder made with a mode
+    assert stat.S_IMODE(os.stat(tmp_path / "d" / "e").st_mode) == 0o750
+
+    os.symlink(tmp_path / "a", tmp_path / "link")
+    hadoops = hadoop.LocalFileSystem(hadoop.RawLocalFileSystem())  # Hadoop's own, for its answers
+    hadoops.initialize(path("a").toUri(), conf)
+    for name in ("link", "a", "d"):  # as a plain path and qualified ("file:", which Hadoop never
+        for p in (hadoop.Path(str(tmp_path / name)), path(name)):  # reports as a link: its quirk, kept)
+            ours, theirs = local.getFileLinkStatus(p), hadoops.getFileLinkStatus(p)
+            assert (ours.isSymlink(), ours.isFile(), ours.getPath().toString()) == (
+                theirs.isSymlink(),
+                theirs.isFile(),
+                theirs.getPath().toString(),
+            )
+    assert local.getFileLinkStatus(hadoop.Path(str(tmp_path / "link"))).isSymlink()
+    with pytest.raises(Py4JJavaError, match="FileNotFoundException"):
+        local.getFileLinkStatus(path("missing"))
+
+    context = hadoop.FileContext.getFileContext(path("a").toUri(), conf)
+    assert context.getDefaultFileSystem().getClass().getName() == "joinshift.hadoop.NioLocalFs"
+    assert context.util().exists(path("a")) and not context.util().exists(path("missing"))
+
+
+def _umask() -> int:
+    import os
+
+    current = os.umask(0)
+    os.umask(current)
+    return current

@@ -5,6 +5,8 @@ The server itself runs in ``tests/integration/test_spark_connect.py``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jobs.settings import SettingsError, load_settings
@@ -123,6 +125,33 @@ def test_checkpoints_on_a_local_storage_root_are_written_through_the_file_system
     assert conf(str(tmp_path))[key] == conf(f"file://{tmp_path}")[key] == FILE_SYSTEM_CHECKPOINTS
     assert key not in conf("s3a://bucket/joinshift")  # an object store keeps Spark's default
     assert conf(str(tmp_path), **{key: "my.Manager"})[key] == "my.Manager"  # the user's spark_conf wins
+
+
+def test_a_local_driver_uses_the_process_free_local_file_system_when_set_up_built_it(tmp_path):
+    from jobs.settings import Settings
+    from jobs.storage.spark import LOCAL_FILE_SYSTEM, local_file_system_jar, session_conf
+
+    impl, class_path = "spark.hadoop.fs.file.impl", "spark.driver.extraClassPath"
+
+    def conf(master: str = "local[2]", **spark_conf: str) -> dict[str, str]:
+        s = Settings(
+            storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"), spark_master=master
+        )
+        return session_conf(dataclasses.replace(s, spark_conf=spark_conf))
+
+    (tmp_path / "jars" / "spark").mkdir(parents=True)
+    for connector in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_4.2_2.13-4.4.0.jar"):
+        (tmp_path / "jars" / "spark" / connector).write_bytes(b"")
+    assert impl not in conf() and class_path not in conf()  # no jar (no javac at set-up): Hadoop's own
+    jar = local_file_system_jar(Settings(jar_cache=str(tmp_path / "jars")))
+    jar.parent.mkdir()
+    jar.write_bytes(b"")
+    assert conf()[impl] == LOCAL_FILE_SYSTEM and conf()[class_path] == str(jar)
+    assert conf()["spark.hadoop.fs.AbstractFileSystem.file.impl"] == "joinshift.hadoop.NioLocalFs"
+    cluster = conf("spark://127.0.0.1:7077")  # executors lack the jar: Hadoop's own; the class path stays
+    assert impl not in cluster and cluster[class_path] == str(jar)  # (the class archive was written with it)
+    assert conf(**{impl: "my.FileSystem"})[impl] == "my.FileSystem"  # the user's spark_conf wins
+    assert conf(**{class_path: "/opt/mine.jar"})[class_path] == f"{jar}:/opt/mine.jar"  # and keeps the jar
 
 
 def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
