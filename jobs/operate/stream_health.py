@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.accuracy.pt_estimator import PTEstimator
+from jobs.join.pt_estimator import PTEstimator
 from jobs.join.avro import decode_or_why
 from jobs.operate.health import health_log, kafka_lag, restart_log
 from jobs.settings import Settings

@@ -79,7 +79,7 @@ def _pt(spark: SparkSession, spec: JoinSpec, tables, ds: date, batch_ms: int = 6
     import numpy as np
 
     from jobs.accuracy.lateness import lateness_behind_pt, quantile_basis, recommend_watermark_delay, share_behind_pt
-    from jobs.accuracy.pt_estimator import pt_series
+    from jobs.join.pt_estimator import pt_series
     from jobs.storage import delta_io
 
     series, advice = {}, {}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from jobs.accuracy.lateness import lateness_behind_pt, recommend_watermark_delay, share_behind_pt, synchronization_gap
-from jobs.accuracy.pt_estimator import SERIES_COLUMNS, PTEstimator, PTState, micro_batches, pt_series, window_statistics
+from jobs.join.pt_estimator import SERIES_COLUMNS, PTEstimator, PTState, micro_batches, pt_series, window_statistics
 
 # Figure 7: one event per micro-batch, PT statistic = mean, ascending sequence of 4 windows.
 FIG7 = [2, 3, 1, 2, 4, 1, 3, 5, 3, 4, 7, 5, 6, 4, 8, 7]
