@@ -114,11 +114,12 @@ def _field(fmt: SourceFormat, column: str) -> Column:
     return F.get_json_object(F.col("_json"), path)
 
 
-def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFrame:
+def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tuple[str, ...] = ()) -> DataFrame:
     """Kafka rows (key, value, topic, partition, offset, timestamp) -> typed rows + ``_reason``.
 
     Good rows have ``_reason`` null; ``_drift`` names the fields the schema does not (kept rows,
-    ``unknown_fields: keep``). Works on batch and streaming DataFrames alike.
+    ``unknown_fields: keep``). ``keep``: columns of ``raw`` carried along as they are (the paced
+    engine's PTs). Works on batch and streaming DataFrames alike.
     """
     fmt = stream.format
     avro = fmt.avro if fmt.encoding == Encoding.avro else None
@@ -129,6 +130,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
         F.col("partition").alias(PARTITION),
         F.col("offset").alias(OFFSET),
         F.col("timestamp").alias("_record_ts"),
+        *keep,
         # the value as JSON text: an Avro value decoded (its record's JSON, or why it does not decode)
         *(
             [decoded(F.col("value"), avro).alias("_decoded")]
@@ -201,9 +203,9 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec) -> DataFra
     )
 
 
-def good_events(parsed: DataFrame, stream: StreamSpec) -> DataFrame:
-    """The typed events of a parsed frame: schema columns, arrival, Kafka position, ds."""
-    return parsed.where(F.col("_reason").isNull()).select(*stream.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds")
+def good_events(parsed: DataFrame, stream: StreamSpec, keep: tuple[str, ...] = ()) -> DataFrame:
+    """The typed events of a parsed frame: schema columns, arrival, Kafka position, ds (and ``keep``)."""
+    return parsed.where(F.col("_reason").isNull()).select(*stream.schema_, ARRIVAL_TIME, PARTITION, OFFSET, "ds", *keep)
 
 
 def quarantine_rows(parsed: DataFrame, stream: StreamSpec, stage: str) -> DataFrame:

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.join.pt_estimator import PTEstimator
 from jobs.join.avro import decode_or_why
+from jobs.join.pt_estimator import PTEstimator
 from jobs.operate.health import health_log, kafka_lag, restart_log
 from jobs.settings import Settings
 from jobs.spec import JoinSpec

@@ -13,12 +13,10 @@ from jobs.spec.model import (
     ByteSize,
     Cardinality,
     CutoverSpec,
-    HealthSpec,
     JoinOptions,
     JoinSpec,
     JoinType,
     SpecError,
-    StreamingOptions,
     StreamSpec,
     TimestampValidity,
     UnknownFields,
@@ -34,6 +32,7 @@ from jobs.spec.model import (
     validate_model,
     write_spec,
 )
+from jobs.spec.streaming import Engine, HealthSpec, PacedOptions, StreamingOptions
 
 __all__ = [
     "DEFAULT_SPEC",
@@ -46,11 +45,13 @@ __all__ = [
     "Cardinality",
     "CutoverSpec",
     "Duration",
+    "Engine",
     "HealthSpec",
     "JoinOptions",
     "JoinSpec",
     "JoinType",
     "SpecError",
+    "PacedOptions",
     "StreamSpec",
     "StreamingOptions",
     "TimestampValidity",

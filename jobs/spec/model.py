@@ -41,6 +41,7 @@ from jobs.settings import PROJECT_ROOT
 from jobs.spec.avro import READ_FILES, SPEC_DIR
 from jobs.spec.duration import Duration, format_duration
 from jobs.spec.source import BatchTable, SourceFormat
+from jobs.spec.streaming import Engine, HealthSpec, StreamingOptions
 
 #: Column types a stream schema may use, mapped to Spark SQL type names.
 SCHEMA_TYPES = {
@@ -284,52 +285,6 @@ class Budgets(_Strict):
         return v
 
 
-class StreamingOptions(_Strict):
-    trigger_interval: Duration = Field(default=timedelta(minutes=1))
-    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
-    shuffle_partitions: int = Field(default=2, gt=0, description="state partitions; fixed once a checkpoint exists")
-
-
-class HealthSpec(_Strict):
-    """Thresholds of the stream's health (``joinshift health``, the UI's "Stream health", the
-    supervisor's stall and backlog rules): one threshold per rule; a value beyond it is a warning."""
-
-    max_lag_records: int = Field(default=10_000, ge=0, description="records per stream not read yet")
-    max_lag_time: Duration = Field(
-        default=timedelta(minutes=10),
-        description="age of a stream's oldest unread record (backlog when both exceed it)",
-    )
-    max_batch_age: Duration = Field(
-        default=timedelta(minutes=2), description="no micro-batch for this long while records wait: stalled (restart)"
-    )
-    max_restarts_per_day: int = Field(default=3, ge=0, description="restarts of the stream process in 24 h")
-    max_late_drop_rate: float = Field(
-        default=0.01, ge=0, le=1, description="share of input rows the watermark dropped over late_drop_window"
-    )
-    late_drop_window: Duration = Field(
-        default=timedelta(hours=1), description="the micro-batches of this long before the last one"
-    )
-    max_state_rows: int = Field(default=5_000_000, ge=0, description="rows in the stream's state stores")
-    max_state_bytes: int = Field(default=1_000_000_000, ge=0, description="memory of the stream's state stores, bytes")
-    min_pt_margin: Duration = Field(
-        default=timedelta(0), description="how far each stream's PT must be ahead of the join's watermark"
-    )
-
-    @field_validator("max_lag_time", "max_batch_age", "late_drop_window", "min_pt_margin")
-    @classmethod
-    def _non_negative(cls, v: timedelta) -> timedelta:
-        if v.total_seconds() < 0:
-            raise ValueError("must be zero or positive")
-        return v
-
-    @field_validator("max_batch_age", "late_drop_window")
-    @classmethod
-    def _positive(cls, v: timedelta) -> timedelta:
-        if v.total_seconds() <= 0:
-            raise ValueError("must be positive, e.g. 2m")
-        return v
-
-
 class CutoverSpec(_Strict):
     """The cut-over gate's SLO (``joinshift gate``): what a day must meet, and how many days in a
     row a promotion needs. Match-rate tolerance and baseline come from ``accuracy``, the latency
@@ -394,10 +349,36 @@ class JoinSpec(_Strict):
                     )
         if self.left.topic == self.right.topic:
             raise ValueError("left.topic and right.topic must differ")
+        if self.streaming.engine == Engine.paced:
+            self._paced_supported()
         tables = [self.left.table, self.right.table, self.output_table]
         if len(set(tables)) != 3:
             raise ValueError("left.table, right.table and output_table must all differ")
         return self
+
+    def _paced_supported(self) -> None:
+        """What the paced engine does not do yet, refused when the spec is read."""
+        from jobs.spec.avro import Encoding
+        from jobs.spec.source import TimeFormat, UnsupportedTimeFormat, strptime_format
+
+        if self.join.predicate is not None:
+            raise ValueError(
+                "streaming.engine paced does not apply join.predicate yet: remove it, or use engine native"
+            )
+        for side in ("left", "right"):
+            fmt = self.side(side).format
+            if fmt.encoding == Encoding.avro:
+                raise ValueError(
+                    f"streaming.engine paced reads JSON values only ({side}.format.encoding is avro): use engine native"
+                )
+            if fmt.time_format not in TimeFormat.__members__:
+                try:
+                    strptime_format(fmt.time_format)
+                except UnsupportedTimeFormat as e:
+                    raise ValueError(
+                        f"streaming.engine paced cannot read {side}.format.time_format in Python ({e}): "
+                        "use iso, epoch_s, epoch_ms, epoch_us, or engine native"
+                    ) from None
 
     def side(self, name: str) -> StreamSpec:
         if name not in ("left", "right"):

@@ -337,6 +337,20 @@ RULES: list[tuple[str, str, str]] = [
         "changes which records parse (and their times) from now on; earlier records are not re-read.",
     ),
     (
+        "streaming.engine",
+        NEEDS_FRESH,
+        "{field}: the two engines keep different state (Spark's join buffers per side, the paced operator's "
+        "per-key buffers) and read Kafka through different sources, so neither can continue the other's "
+        "checkpoint. Fresh checkpoint and replay.",
+    ),
+    (
+        "streaming.paced.*",
+        REUSE_WARN,
+        "{field} is a rule of the paced engine's pacing or per-key caps (paper §5.2, §6.6): not part of its "
+        "state, so the checkpoint is reusable; it applies from the next micro-batch on (events already buffered "
+        "or let go stay as they are). The native engine does not read it.",
+    ),
+    (
         "streaming.trigger_interval",
         REUSE_OK,
         "{field} only sets when micro-batches start; it is not stored in the checkpoint. Reusable.",

@@ -68,6 +68,58 @@ def top_field(path: str) -> str:
     return re.split(r"[.\[]", json_path(path)[2:], maxsplit=1)[0]
 
 
+#: Spark datetime pattern letters -> ``strptime`` directives (the ones datetimes are written with).
+_DIRECTIVES = {
+    "yyyy": "%Y",
+    "yy": "%y",
+    "MMMM": "%B",
+    "MMM": "%b",
+    "MM": "%m",
+    "dd": "%d",
+    "HH": "%H",
+    "hh": "%I",
+    "mm": "%M",
+    "ss": "%S",
+    "a": "%p",
+    "XXX": "%z",
+    "XX": "%z",
+    "X": "%z",
+    "xxx": "%z",
+    "xx": "%z",
+    "Z": "%z",
+    "EEE": "%a",
+    "EEEE": "%A",
+}
+_TOKEN = re.compile(r"'[^']*'|S+|([A-Za-z])\1*|[^A-Za-z']+")
+
+
+class UnsupportedTimeFormat(ValueError):
+    """A datetime pattern the paced engine's source cannot read in Python."""
+
+
+def strptime_format(pattern: str) -> tuple[str, bool]:
+    """A Spark datetime pattern as a ``strptime`` format, and whether it carries an offset.
+
+    >>> strptime_format("yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
+    ('%Y-%m-%dT%H:%M:%S.%f%z', True)
+    """
+    out, offset = [], False
+    for m in _TOKEN.finditer(pattern):
+        tok = m.group(0)
+        if tok.startswith("'"):
+            out.append(tok[1:-1].replace("%", "%%") if tok != "''" else "'")
+        elif tok[0] == "S":
+            out.append("%f")  # fractions of a second, 1-6 digits
+        elif tok[0].isalpha():
+            if tok not in _DIRECTIVES:
+                raise UnsupportedTimeFormat(f"the datetime pattern letter(s) {tok!r} of {pattern!r}")
+            offset = offset or _DIRECTIVES[tok] == "%z"
+            out.append(_DIRECTIVES[tok])
+        else:
+            out.append(tok.replace("%", "%%"))
+    return "".join(out), offset
+
+
 class SourceFormat(BaseModel):
     """One side's record format (see the module doc). Columns are the stream schema's."""
 

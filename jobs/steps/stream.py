@@ -34,11 +34,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
+from jobs.join.paced_operator import PACE_COLUMNS, paced_join, split_counters
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings
-from jobs.spec import Cardinality, JoinSpec, recorded_spec
+from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
-from jobs.storage import delta_io, fs, kafka
+from jobs.storage import aligned_source, delta_io, fs, kafka
 from jobs.storage.checkpoints import SPEC_RECORD, batch_ids, checkpoint_query_id
 from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
@@ -46,6 +47,7 @@ from jobs.storage.progress import (
     QUARANTINE_QUERY,
     end_offsets_read,
     ensure_recorder,
+    note_batch,
     query_name,
     read_progress,
     settle_log,
@@ -86,11 +88,20 @@ class JoinSink:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
-        self.merge = owned_from is not None or spec.join.cardinality == Cardinality.one_to_one
+        self.paced = spec.streaming.engine == Engine.paced
+        # the paced operator emits one row per 1-to-1 left event: no table key needed for it
+        one_to_one = spec.join.cardinality == Cardinality.one_to_one and not self.paced
+        self.merge = owned_from is not None or one_to_one
         self.append = delta_io.BatchAppender(self.path, _query_id_of(tables.checkpoint(JOIN_QUERY)))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = select_batch_rows(batch, self.spec).withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
+        if self.paced:  # its rows and its counters: the batch is computed once for both
+            batch = batch.persist()
+            rows, counts = split_counters(batch)
+            note_batch(query_name(self.spec.pipeline, JOIN_QUERY), batch_id, {"paced": counts})
+        else:
+            rows = select_batch_rows(batch, self.spec)
+        rows = rows.withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
         if self.owned_from is not None:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         rows = rows.persist()
@@ -103,6 +114,8 @@ class JoinSink:
                 log.info("micro-batch %d was committed before a restart: skipped", batch_id)
         finally:
             rows.unpersist()
+            if self.paced:
+                batch.unpersist()
         if self.on_batch:
             self.on_batch(batch_id)
 
@@ -172,15 +185,18 @@ def start_streaming_join(
             return json.dumps({topic: starting_offsets[topic]})
         return "earliest"
 
-    parsed = {
-        side: parse_records(
-            kafka.read_stream(spark, bootstrap, spec.side(side).topic, limit, start_of(spec.side(side).topic)),
-            spec.side(side),
-            spec,
-        )
-        for side in ("left", "right")
-    }
-    joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
+    if spec.streaming.engine == Engine.paced:
+        joined = _paced_stream(spark, spec, bootstrap, tables, starting_offsets)
+    else:
+        parsed = {
+            side: parse_records(
+                kafka.read_stream(spark, bootstrap, spec.side(side).topic, limit, start_of(spec.side(side).topic)),
+                spec.side(side),
+                spec,
+            )
+            for side in ("left", "right")
+        }
+        joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
     # the state's partitions, the spec's whatever the user's conf: a query copies the session's conf
@@ -211,6 +227,35 @@ def start_streaming_join(
         tables.checkpoint(JOIN_QUERY),
     )
     return tuple(queries)
+
+
+def _paced_stream(
+    spark: SparkSession,
+    spec: JoinSpec,
+    bootstrap: str,
+    tables: Tables,
+    starting_offsets: dict[str, dict[str, int]] | None,
+) -> DataFrame:
+    """The paced engine: both topics through the aligned source, the paper's operator per key."""
+    checkpoint = tables.checkpoint(JOIN_QUERY)
+    local = fs.local(checkpoint)
+    pacing = aligned_source.Pacing(
+        bootstrap=bootstrap,
+        spec_json=spec.model_dump_json(by_alias=True),
+        state_dir=str(local / "paced_source") if local is not None else None,
+        starting={t: {str(p): int(o) for p, o in parts.items()} for t, parts in (starting_offsets or {}).items()},
+    )
+    aligned_source.register(spark)
+    raw = spark.readStream.format(aligned_source.NAME).option("pacing", pacing.option()).load()
+    events = {
+        side: good_events(
+            parse_records(raw.where(F.col("side") == side), spec.side(side), spec, keep=PACE_COLUMNS),
+            spec.side(side),
+            keep=PACE_COLUMNS,
+        )
+        for side in ("left", "right")
+    }
+    return paced_join(events["left"], events["right"], spec)
 
 
 def start_quarantine(

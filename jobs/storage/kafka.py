@@ -88,12 +88,10 @@ def admin_client(bootstrap: str, **config: Any) -> Any:
     return KafkaAdminClient(bootstrap_servers=bootstrap, **{**_python_config("admin"), **config})
 
 
-@contextlib.contextmanager
-def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config: Any) -> Iterator[Any]:
-    """A kafka-python consumer that commits nothing, closed on exit."""
+def _new_consumer(bootstrap: str, timeout_ms: int, **config: Any) -> Any:
     from kafka import KafkaConsumer
 
-    c = KafkaConsumer(
+    return KafkaConsumer(
         **{
             **_python_config("consumer"),
             "bootstrap_servers": bootstrap,
@@ -103,10 +101,53 @@ def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config
             **config,
         }
     )
+
+
+@contextlib.contextmanager
+def consumer(bootstrap: str, *, timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, **config: Any) -> Iterator[Any]:
+    """A kafka-python consumer that commits nothing, closed on exit."""
+    c = _new_consumer(bootstrap, timeout_ms, **config)
     try:
         yield c
     finally:
         c.close()
+
+
+class KafkaConsumerFor:
+    """A consumer that reads given partitions from given offsets, as the paced engine's source
+    does (its driver side ahead of what it admitted, its tasks a micro-batch's ranges): records come
+    back as ``(offset, timestamp ms, value, key)`` per ``(topic, partition)``. It commits nothing."""
+
+    def __init__(self, bootstrap: str, **config: Any):
+        self._c = _new_consumer(bootstrap, BOOTSTRAP_TIMEOUT_MS, **config)
+        self._tps: dict[tuple[str, int], Any] = {}
+
+    def assign_at(self, positions: dict[tuple[str, int], int]) -> None:
+        from kafka import TopicPartition
+
+        self._tps = {tp: TopicPartition(*tp) for tp in positions}
+        self._c.assign(list(self._tps.values()))
+        for tp, offset in positions.items():
+            self._c.seek(self._tps[tp], offset)
+
+    def ends(self) -> dict[tuple[str, int], int]:
+        """Each assigned partition's end offset (the offset its next record will get)."""
+        ends = self._c.end_offsets(list(self._tps.values()))
+        return {(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
+
+    def poll(
+        self, max_records: int, timeout_ms: int = 500
+    ) -> dict[tuple[str, int], list[tuple[int, int, bytes | None, bytes | None]]]:
+        """The assigned partitions' next records, as far as one poll goes. (Never paused: kafka-python
+        drops a paused partition's fetched records, and its position then skips them.)"""
+        polled = self._c.poll(timeout_ms=timeout_ms, max_records=max_records)
+        return {
+            (tp.topic, tp.partition): [(r.offset, r.timestamp, r.value, r.key) for r in recs]
+            for tp, recs in polled.items()
+        }
+
+    def close(self) -> None:
+        self._c.close()
 
 
 def partitions(c: Any, topic: str) -> list[Any]:

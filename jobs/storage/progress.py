@@ -39,12 +39,28 @@ _LOG_LOCK = threading.Lock()
 _LOGGED: dict[str, int] = {}
 
 
+#: (query name, batch id) -> what the query's own code noted about that micro-batch (the paced
+#: engine's counters), logged with its progress under "joinshift".
+_NOTES: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def note_batch(query: str, batch_id: int, notes: dict[str, Any]) -> None:
+    """Log ``notes`` with the progress of micro-batch ``batch_id`` of the running query ``query``
+    (called from its sink, before the batch ends)."""
+    with _LOG_LOCK:
+        _NOTES.setdefault((query, batch_id), {}).update(notes)
+
+
 def _log_once(path: str, progress: Any) -> None:
     run, batch = str(progress["runId"]), int(progress["batchId"])
     with _LOG_LOCK:
         if _LOGGED.get(run, -1) >= batch:
             return
-        fs.append_text(path, progress.json.replace("\n", " ") + "\n")
+        line = progress.json.replace("\n", " ")
+        notes = _NOTES.pop((progress["name"] or "", batch), None)
+        if notes:
+            line = json.dumps({**json.loads(line), "joinshift": notes})
+        fs.append_text(path, line + "\n")
         _LOGGED[run] = batch
 
 
@@ -159,6 +175,8 @@ def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
         end = src.get("endOffset") or {}
         end = json.loads(end) if isinstance(end, str) else end
         for topic, parts in end.items():
+            if topic.startswith("@"):  # not a topic: the paced engine's own entry (jobs.storage.aligned_source)
+                continue
             for part, off in parts.items():
                 done.setdefault(topic, {})[int(part)] = int(off)
     return done

@@ -1,0 +1,184 @@
+"""The paced engine's join on Spark: both sides' typed events as one tagged stream, keyed by the
+join key, through :mod:`jobs.join.paced` in ``transformWithStateInPandas`` (RocksDB state).
+
+The aligned source (:mod:`jobs.storage.aligned_source`) stamps every row with its micro-batch's
+two PTs. The right PT is the query's event-time watermark (``_clock``, no delay): a key's timer
+(the next window to close, the next right event to let go) fires when it passes. Each key keeps
+one state value, its buffers pickled, so a key costs one state read and one write per call.
+
+Output: the join's columns (:func:`jobs.join.columns.output_columns`), plus ``_metric`` and
+``_count`` on the rows that carry the operator's counters (:data:`jobs.join.paced.METRICS`) instead
+of a join row; :func:`split_counters` takes them apart in the sink.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, side_columns
+from jobs.join.paced import Event, KeyState, Rules, next_timer, step
+from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
+
+METRIC, COUNT = "paced_metric", "paced_count"
+#: The PT columns every row of the aligned source carries, kept through parsing.
+PACE_COLUMNS = ("left_pt", "right_pt")
+#: The control columns of the tagged stream, besides the join's columns. No leading "_": Spark
+#: hands a key's rows to pandas through named tuples, which rename such fields.
+_SIDE, _T, _ARRIVAL, _POS, _OFF, _ID, _LPT, _RPT, _CLOCK = (
+    "paced_side",
+    "paced_t",
+    "paced_arrival",
+    "paced_partition",
+    "paced_offset",
+    "paced_id",
+    "paced_left_pt",
+    "paced_right_pt",
+    "paced_clock",
+)
+_STATE = StructType([StructField("buffers", BinaryType()), StructField("timer", LongType())])
+
+
+def rules_of(spec: JoinSpec) -> Rules:
+    p = spec.streaming.paced
+    return Rules(
+        lower=spec.window.lower_seconds * 1000,
+        upper=spec.window.upper_seconds * 1000,
+        outer=spec.join.type == JoinType.left_outer,
+        one_to_one=spec.join.cardinality == Cardinality.one_to_one,
+        per_key_cap=p.per_key_cap,
+        max_drift=int(p.max_drift.total_seconds() * 1000),
+    )
+
+
+def output_ddl(spec: JoinSpec) -> str:
+    """The join's output columns with their types, and the counter columns."""
+    types = {ARRIVAL_TIME: "timestamp", PARTITION: "int", OFFSET: "bigint"}
+    cols = ["ds date"]
+    for side in ("left", "right"):
+        schema = spec.side(side).schema_
+        for c in side_columns(spec, side):
+            cols.append(f"{col_name(side, c)} {SCHEMA_TYPES[schema[c]] if c in schema else types[c]}")
+    return ", ".join([*cols, f"{METRIC} string", f"{COUNT} bigint"])
+
+
+def _millis(c: str):
+    return F.unix_millis(F.col(c))
+
+
+def paced_join(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
+    """Typed left and right events (``good_events`` with the source's ``left_pt``/``right_pt``
+    kept) -> the join's rows and the operator's counter rows."""
+    keys = [f"paced_key{i}" for i in range(len(spec.left.key))]
+
+    def tagged(events: DataFrame, side: str) -> DataFrame:
+        st = spec.side(side)
+        return events.select(
+            *[F.col(c).alias(col_name(side, c)) for c in side_columns(spec, side)],
+            *([F.col("ds")] if side == "left" else []),
+            F.lit(side[0]).alias(_SIDE),
+            _millis(st.event_time).alias(_T),
+            _millis(ARRIVAL_TIME).alias(_ARRIVAL),
+            F.col(PARTITION).alias(_POS),
+            F.col(OFFSET).alias(_OFF),
+            F.col(st.id).cast("string").alias(_ID),
+            *[F.col(k).alias(name) for k, name in zip(st.key, keys)],
+            F.col(PACE_COLUMNS[0]).alias(_LPT),
+            F.col(PACE_COLUMNS[1]).alias(_RPT),
+        )
+
+    stream = tagged(left, "left").unionByName(tagged(right, "right"), allowMissingColumns=True)
+    # the right PT is the query's watermark; the column is dropped before the operator, so Spark's
+    # own late-row rule (event time <= watermark: every row of a batch whose right PT did not move)
+    # has no column to drop rows by: lateness is the operator's to decide
+    stream = (
+        stream.withColumn(_CLOCK, F.timestamp_millis(F.greatest(F.col(_RPT), F.lit(0))))
+        .withWatermark(_CLOCK, "0 seconds")
+        .drop(_CLOCK)
+    )
+    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec))
+    return stream.groupBy(*keys).transformWithStateInPandas(
+        statefulProcessor=processor,
+        outputStructType=output_ddl(spec),
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+
+
+def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
+    """A micro-batch of :func:`paced_join` -> its join rows and its counters (summed)."""
+    counts = {
+        r[METRIC]: int(r["n"])
+        for r in batch.where(F.col(METRIC).isNotNull()).groupBy(METRIC).agg(F.sum(COUNT).alias("n")).collect()
+    }
+    return batch.where(F.col(METRIC).isNull()).drop(METRIC, COUNT), counts
+
+
+class PacedJoinProcessor(StatefulProcessor):
+    """One key's calls: new rows of a micro-batch, or its timer (the right PT passed something)."""
+
+    def __init__(self, rules: Rules, columns: list[str]):
+        self.rules = rules
+        self.columns = columns
+        self.left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
+        self.right_columns = [c for c in columns if c.startswith("right_")]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("buffers", _STATE)
+
+    def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+        frame = pd.concat(list(rows), ignore_index=True)
+        lefts = self._events(frame[frame[_SIDE] == "l"], self.left_columns)
+        rights = self._events(frame[frame[_SIDE] == "r"], self.right_columns)
+        lpt, rpt = int(frame[_LPT].max()), int(frame[_RPT].max())
+        yield from self._step(lefts, rights, None if lpt < 0 else lpt, None if rpt < 0 else rpt)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+        watermark = timerValues.getCurrentWatermarkInMs()
+        yield from self._step([], [], None, watermark if watermark > 0 else None, fired=True)
+
+    def close(self) -> None:
+        pass
+
+    def _events(self, frame: pd.DataFrame, columns: list[str]) -> list[Event]:
+        if frame.empty:
+            return []
+        rows = frame[columns].itertuples(index=False, name=None)
+        meta = frame[[_T, _ARRIVAL, _POS, _OFF, _ID]].itertuples(index=False, name=None)
+        return [Event(int(t), int(a), int(p), int(o), str(i), row) for (t, a, p, o, i), row in zip(meta, rows)]
+
+    def _step(self, lefts, rights, lpt, rpt, fired: bool = False) -> Iterator[pd.DataFrame]:
+        stored = self.state.get() if self.state.exists() else None
+        state = pickle.loads(stored[0]) if stored else KeyState()
+        timer = None if stored is None or fired else stored[1]
+        out = step(state, self.rules, lefts, rights, lpt, rpt)
+        due = next_timer(state, self.rules)
+        if timer is not None and timer != due:
+            self.handle.deleteTimer(timer)
+        if due is not None and due != timer:
+            self.handle.registerTimer(due)
+        if state.empty():
+            self.state.clear()
+        else:
+            self.state.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), due))
+        if out.pairs:
+            yield self._rows(out.pairs)
+        if out.counts:  # the join's columns empty (None, not NaN: arrow casts no float to a date)
+            n = len(out.counts)
+            frame = pd.DataFrame({c: pd.Series([None] * n, dtype=object) for c in self.columns})
+            frame[METRIC], frame[COUNT] = list(out.counts), list(out.counts.values())
+            yield frame
+
+    def _rows(self, pairs) -> pd.DataFrame:
+        nulls = (None,) * len(self.right_columns)
+        data = [(*left, *(right if right is not None else nulls)) for left, right in pairs]
+        frame = pd.DataFrame.from_records(data, columns=[*self.left_columns, *self.right_columns])
+        frame[METRIC], frame[COUNT] = pd.Series([None] * len(frame), dtype=object), None
+        return frame[[*self.columns, METRIC, COUNT]]

@@ -1,0 +1,454 @@
+"""The paced engine's source: both topics of a join as one Spark stream, admitted so that the two
+streams' processing times stay synchronized (paper §5.2, ``left_PT + upper = right_PT``).
+
+A Python streaming data source with admission control (PySpark 4.2 ``DataSourceStreamReader``,
+``latestOffset(start, limit)``). Before each micro-batch the driver side reads ahead of what was
+admitted (its own consumer, event times read in Python: :mod:`jobs.join.event_times`) and decides
+how far each topic's partitions go:
+
+* each stream's **PT** (§5.3) comes from :class:`jobs.join.pt_estimator.PTEstimator` fed with the
+  event times of what it admitted, one micro-batch at a time; a record whose event time is outside
+  ``timestamp_validity`` of its record timestamp (§6.7) is admitted (parsing quarantines it) but
+  kept out of PT, counted;
+* the stream that runs ahead (``left_PT + upper`` more than ``paced.max_drift`` past ``right_PT``,
+  or the other way round) is **paused**; the other one is admitted in arrival order only as far as
+  the batch's PT statistic stays within ``max_drift`` of the synchronization point, so a stream
+  lagging hours behind (a consumer outage, a backfill) catches up without the other filling the
+  join's state meanwhile;
+* a stream with nothing to read is **idle** and bounds nothing (the other is never starved), and
+  when both are bounded to nothing the lagging one is admitted anyway;
+* at most ``paced.max_records_per_batch`` records per stream and micro-batch.
+
+The micro-batch's end offset is ``{topic: {partition: offset}}`` for both topics, as Spark's Kafka
+source writes it, plus ``"@paced"`` (no Kafka topic can be named so): the PTs the batch runs with,
+what was paused, idle and kept out of PT. Spark logs it before the batch runs, so a batch re-run
+after a crash reads the same records with the same PTs; the estimators' state is kept beside the
+checkpoint per batch (a local storage root; on an object store a restarted source starts its
+estimators afresh from the logged PTs). Executors read each Kafka partition's range in parallel;
+every row carries its side and the batch's two PTs (epoch ms, -1 while unknown).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import pickle
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
+
+from jobs.join.event_times import event_time_reader
+from jobs.join.pt_estimator import PTEstimator
+from jobs.spec import JoinSpec, recorded_spec
+
+log = logging.getLogger("joinshift.aligned_source")
+
+NAME = "joinshift_aligned_kafka"
+SCHEMA = (
+    "side string, key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, left_pt long, right_pt long"
+)
+#: The end offset's own entry (``@`` is not allowed in a Kafka topic's name).
+PACED = "@paced"
+SIDES = ("left", "right")
+#: Snapshots of the estimators kept beside the checkpoint (a restart needs the last one only).
+_KEEP_SNAPSHOTS = 3
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """What the source needs, passed as one option (picklable: executors get it too)."""
+
+    bootstrap: str
+    spec_json: str
+    state_dir: str | None = None
+    starting: dict[str, dict[str, int]] | None = None
+
+    @classmethod
+    def of(cls, options) -> Pacing:
+        return cls(**json.loads(options["pacing"]))
+
+    def option(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @property
+    def spec(self) -> JoinSpec:
+        return recorded_spec(self.spec_json)
+
+
+class AlignedKafkaSource(DataSource):
+    """``spark.readStream.format("joinshift_aligned_kafka").option("pacing", Pacing(...).option())``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: N802 (PySpark's names)
+        return AlignedReader(Pacing.of(self.options))
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One Kafka partition's records of a micro-batch, read by one task."""
+
+    side: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    left_pt: int
+    right_pt: int
+
+
+@dataclass
+class _Peeked:
+    """A record read ahead by the driver: its position, record timestamp and event time."""
+
+    offset: int
+    timestamp: int
+    event_time: int | None
+    valid: bool
+
+
+@dataclass
+class _Driver:
+    """The driver side's state between micro-batches (never pickled to executors)."""
+
+    seq: int
+    frontier: dict[tuple[str, int], int]
+    estimators: dict[str, PTEstimator]
+    pt: dict[str, int | None]
+    peeked: dict[tuple[str, int], deque[_Peeked]] = field(default_factory=dict)
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    consumer: Any = None
+
+    def next_offset(self, tp: tuple[str, int]) -> int:
+        """The partition's first offset not read ahead yet."""
+        return self.peeked[tp][-1].offset + 1 if self.peeked[tp] else self.frontier[tp]
+
+
+class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, pacing: Pacing):
+        self.pacing = pacing
+        self._driver: _Driver | None = None
+        self._target: dict[tuple[str, int], int] | None = None  # availableNow: read up to here
+
+    def __getstate__(self) -> dict:
+        return {"pacing": self.pacing, "_driver": None, "_target": None}
+
+    # ------------------------------------------------------------------ spec-derived
+
+    def _spec(self) -> JoinSpec:
+        if not hasattr(self, "_spec_cache"):
+            self._spec_cache = self.pacing.spec
+        return self._spec_cache
+
+    def _topic(self, side: str) -> str:
+        return self._spec().side(side).topic
+
+    # ------------------------------------------------------------------ offsets
+
+    def initialOffset(self) -> dict:  # noqa: N802 (PySpark's names)
+        from jobs.storage import kafka
+
+        ends: dict[str, dict[str, int]] = {}
+        with kafka.consumer(self.pacing.bootstrap) as c:
+            for side in SIDES:
+                topic = self._topic(side)
+                tps = kafka.partitions(c, topic)
+                if not tps:
+                    raise RuntimeError(f"topic {topic!r} does not exist on {self.pacing.bootstrap}")
+                begins = c.beginning_offsets(tps)
+                given = (self.pacing.starting or {}).get(topic, {})
+                ends[topic] = {str(tp.partition): int(given.get(str(tp.partition), begins[tp])) for tp in tps}
+        return {**ends, PACED: {"seq": 0, "left_pt": -1, "right_pt": -1}}
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (PySpark's names)
+        from jobs.storage import kafka
+
+        ends = kafka.end_offsets(self.pacing.bootstrap, [self._topic(s) for s in SIDES])
+        self._target = {(t, p): off for t, parts in ends.items() for p, off in parts.items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:  # noqa: N802 (PySpark's names)
+        spec = self._spec()
+        d = self._restore(start)
+        cap = spec.streaming.paced.max_records_per_batch
+        if isinstance(limit, ReadMaxRows):
+            cap = min(cap, int(limit.max_rows))
+        self._peek(d, cap)
+        candidates = {side: self._in_arrival_order(d, side, cap) for side in SIDES}
+        idle = [s for s in SIDES if not candidates[s]]
+        if len(idle) == 2:
+            return start
+        q = spec.streaming.paced.pt_percentile
+        upper = int(spec.window.upper.total_seconds() * 1000)
+        drift = int(spec.streaming.paced.max_drift.total_seconds() * 1000)
+        lpt, rpt = d.pt["left"], d.pt["right"]
+        # the synchronization point is right_PT = left_PT + upper. A right PT past it closes left
+        # windows before their on-time left events are read (they would count as late), so the right
+        # stream never passes it; a left PT past it only makes left events wait, so the left stream
+        # may run up to max_drift ahead. No bound while the other's PT is unknown or it is idle.
+        bound: dict[str, float | None] = {
+            "left": rpt - upper + drift if rpt is not None and "right" not in idle else None,
+            "right": lpt + upper if lpt is not None and "left" not in idle else None,
+        }
+        paused = []
+        if lpt is not None and rpt is not None and not idle:
+            if lpt + upper - rpt > drift:
+                paused = ["left"]
+            elif rpt > lpt + upper:
+                paused = ["right"]
+        admitted = {s: [] if s in paused else _admissible(candidates[s], bound[s], q) for s in SIDES}
+        if not admitted["left"] and not admitted["right"]:
+            # neither fits (the next records are further apart than the drift): step the left stream
+            # to its next records (its events wait a little longer), or the right when the left has none
+            side = "left" if candidates["left"] else "right"
+            first = next((p.event_time for _, p in candidates[side] if p.valid), None)
+            admitted[side] = _admissible(candidates[side], None if first is None else first + drift, q)
+            admitted[side] = admitted[side] or candidates[side][:1]
+        stats: dict[str, Any] = {"paused": paused, "idle": idle}
+        for side in SIDES:
+            recs = admitted[side]
+            for tp, p in recs:
+                d.frontier[tp] = p.offset + 1
+                d.peeked[tp].popleft()
+            times = [p.event_time for _, p in recs if p.valid]
+            if times:
+                state = d.estimators[side].update(times)
+                if state.pt is not None:
+                    d.pt[side] = int(state.pt)
+            stats[f"{side}_admitted"] = len(recs)
+            stats[f"{side}_outside_validity"] = sum(1 for _, p in recs if not p.valid)
+        d.seq += 1
+        self._save(d)
+        return self._offsets(d, stats)
+
+    def _offsets(self, d: _Driver, stats: dict[str, Any]) -> dict:
+        out: dict[str, Any] = {}
+        for (topic, part), off in sorted(d.frontier.items()):
+            out.setdefault(topic, {})[str(part)] = off
+        out[PACED] = {
+            "seq": d.seq,
+            "left_pt": -1 if d.pt["left"] is None else d.pt["left"],
+            "right_pt": -1 if d.pt["right"] is None else d.pt["right"],
+            **stats,
+        }
+        return out
+
+    # ------------------------------------------------------------------ driver state
+
+    def _restore(self, start: dict) -> _Driver:
+        """The driver state for ``start``: as it is when ``start`` is the last end offset this
+        process returned, else rebuilt (a restart): the estimators from their snapshot for that
+        micro-batch, or afresh with the logged PTs as their floor."""
+        from jobs.storage import kafka
+
+        paced = start.get(PACED, {})
+        seq = int(paced.get("seq", 0))
+        frontier = {(t, int(p)): int(off) for t, parts in start.items() if t != PACED for p, off in parts.items()}
+        d = self._driver
+        if d is not None and d.seq == seq and d.frontier == frontier:
+            return d
+        if d is not None and d.consumer is not None:
+            d.consumer.close()
+        spec = self._spec()
+        estimators = self._load(seq) or {s: _estimator(spec) for s in SIDES}
+        pt: dict[str, int | None] = {}
+        for side in SIDES:
+            logged = int(paced.get(f"{side}_pt", -1))
+            est = estimators[side]
+            if logged >= 0 and (est.pt is None or est.pt < logged):
+                est._pt = float(logged)  # PT never moves back, across a restart neither
+            pt[side] = None if est.pt is None else int(est.pt)
+        consumer = kafka.KafkaConsumerFor(self.pacing.bootstrap, client_id="joinshift-aligned-source")
+        d = _Driver(seq=seq, frontier=frontier, estimators=estimators, pt=pt, consumer=consumer)
+        consumer.assign_at(frontier)
+        d.peeked = {tp: deque() for tp in frontier}
+        self._driver = d
+        return d
+
+    def _peek(self, d: _Driver, cap: int) -> None:
+        """Read ahead until each partition has ``cap`` records beyond what was admitted, or none left."""
+        from jobs.storage import kafka
+
+        spec = self._spec()
+        read_time = {s: event_time_reader(spec.side(s)) for s in SIDES}
+        side_of = {spec.side(s).topic: s for s in SIDES}
+        validity = spec.timestamp_validity
+        past, future = validity.max_past.total_seconds() * 1000, validity.max_future.total_seconds() * 1000
+        ends = d.consumer.ends()
+        if self._target is not None:
+            ends = {tp: min(end, self._target.get(tp, end)) for tp, end in ends.items()}
+
+        d.ends = ends
+
+        def wanted(tp) -> bool:
+            return len(d.peeked[tp]) < cap and d.next_offset(tp) < ends.get(tp, 0)
+
+        # the records up to ``ends`` exist: an empty poll is a slow fetch, not the end (a broker that
+        # does not answer within the request timeout leaves the batch with what was read)
+        deadline = time.monotonic() + kafka.REQUEST_TIMEOUT_MS / 1000
+        while any(wanted(tp) for tp in d.peeked) and time.monotonic() < deadline:
+            got = d.consumer.poll(max_records=20_000)
+            if not got:
+                continue
+            for tp, records in got.items():
+                side = side_of[tp[0]]
+                for off, ts, value, _key in records:
+                    if off >= ends.get(tp, 0):
+                        break
+                    et = read_time[side](value)
+                    valid = et is not None and ts - past <= et <= ts + future
+                    d.peeked[tp].append(_Peeked(off, ts, et, valid))
+
+    def _in_arrival_order(self, d: _Driver, side: str, cap: int) -> list[tuple[tuple[str, int], _Peeked]]:
+        """Up to ``cap`` of a stream's read-ahead records in arrival (record timestamp) order,
+        each partition's in offset order, so what is admitted is a prefix of every partition; and
+        none later than what a partition with more to read has been read up to (its next record
+        may have arrived earlier)."""
+        topic = self._topic(side)
+        tps = [tp for tp in sorted(d.peeked) if tp[0] == topic]
+        unread = [tp for tp in tps if d.next_offset(tp) < d.ends.get(tp, 0)]
+        horizon = min((d.peeked[tp][-1].timestamp if d.peeked[tp] else -1 for tp in unread), default=None)
+        lanes = [[(tp, p) for p in d.peeked[tp]] for tp in tps]
+        merged = heapq.merge(*lanes, key=lambda r: (r[1].timestamp, r[0][1], r[1].offset))
+        out: list[tuple[tuple[str, int], _Peeked]] = []
+        for r in merged:
+            if len(out) >= cap or (horizon is not None and r[1].timestamp > horizon):
+                break
+            out.append(r)
+        return out
+
+    # ------------------------------------------------------------------ estimator snapshots
+
+    def _snapshot(self, seq: int) -> Path | None:
+        return None if self.pacing.state_dir is None else Path(self.pacing.state_dir) / f"{seq}.pt"
+
+    def _save(self, d: _Driver) -> None:
+        path = self._snapshot(d.seq)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(d.estimators))
+        os.replace(tmp, path)
+
+    def _load(self, seq: int) -> dict[str, PTEstimator] | None:
+        path = self._snapshot(seq)
+        if path is None or not path.exists():
+            return None
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception:  # a snapshot of another version: start the estimators afresh
+            log.info("estimator snapshot %s unreadable: PT estimation restarts from the logged PTs", path)
+            return None
+
+    def commit(self, end: dict) -> None:
+        seq = int(end.get(PACED, {}).get("seq", 0))
+        if self.pacing.state_dir is None or not Path(self.pacing.state_dir).is_dir():
+            return
+        for f in Path(self.pacing.state_dir).glob("*.pt"):
+            if f.stem.isdigit() and int(f.stem) <= seq - _KEEP_SNAPSHOTS:
+                f.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        if self._driver is not None and self._driver.consumer is not None:
+            self._driver.consumer.close()
+            self._driver = None
+
+    # ------------------------------------------------------------------ executors
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+        paced = end.get(PACED, {})
+        side_of = {self._topic(s): s for s in SIDES}
+        out = []
+        for topic, parts in end.items():
+            if topic == PACED:
+                continue
+            for part, stop in parts.items():
+                first = int(start.get(topic, {}).get(part, stop))
+                if first < int(stop):
+                    out.append(
+                        KafkaRange(
+                            side_of[topic],
+                            topic,
+                            int(part),
+                            first,
+                            int(stop),
+                            int(paced.get("left_pt", -1)),
+                            int(paced.get("right_pt", -1)),
+                        )
+                    )
+        return out
+
+    def read(self, partition) -> Iterator[tuple]:
+        from jobs.storage import kafka
+
+        r: KafkaRange = partition
+        c = kafka.KafkaConsumerFor(self.pacing.bootstrap, client_id="joinshift-aligned-source-task")
+        try:
+            c.assign_at({(r.topic, r.partition): r.start})
+            position = r.start
+            while position < r.end:
+                got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+                records = got.get((r.topic, r.partition), [])
+                if not records:
+                    raise RuntimeError(
+                        f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
+                        f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
+                    )
+                for off, ts, value, key in records:
+                    if off >= r.end:
+                        break
+                    stamp = datetime.fromtimestamp(ts / 1000, UTC)
+                    yield (r.side, key, value, r.topic, r.partition, off, stamp, r.left_pt, r.right_pt)
+                    position = off + 1
+        finally:
+            c.close()
+
+
+def _estimator(spec: JoinSpec) -> PTEstimator:
+    p = spec.streaming.paced
+    return PTEstimator(sequence_length=p.pt_windows, statistic=p.pt_percentile)
+
+
+def _admissible(
+    candidates: list[tuple[tuple[str, int], _Peeked]], bound: float | None, q: float
+) -> list[tuple[tuple[str, int], _Peeked]]:
+    """The longest prefix (in arrival order) whose valid event times' ``q`` percentile, what the
+    stream's PT would become, stays within ``bound``; all of them with no bound."""
+    if bound is None or not candidates:
+        return candidates
+    times = np.array([p.event_time if p.valid else np.nan for _, p in candidates], dtype=np.float64)
+
+    def within(n: int) -> bool:
+        head = times[:n]
+        head = head[~np.isnan(head)]
+        return head.size == 0 or float(np.percentile(head, q)) <= bound
+
+    lo, hi = 0, len(candidates)  # the largest n with within(n), by bisection (the statistic grows with n)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if within(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return candidates[:lo]
+
+
+def register(spark) -> None:
+    """Make the source known to this session (once per session)."""
+    spark.dataSource.register(AlignedKafkaSource)

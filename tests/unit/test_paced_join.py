@@ -1,0 +1,99 @@
+"""The paced engine's per-key operator (jobs/join/paced.py): when it emits, what it keeps, what it
+counts. Times are plain numbers (the operator's milliseconds); the window is [-10, +5]."""
+
+from __future__ import annotations
+
+from jobs.join.paced import Event, KeyState, Rules, next_timer, step
+
+
+def rules(**kw) -> Rules:
+    base = dict(lower=-10, upper=5, outer=True, one_to_one=False, per_key_cap=None, max_drift=2)
+    return Rules(**{**base, **kw})
+
+
+def ev(name: str, t: int, arrival: int | None = None, offset: int = 0) -> Event:
+    return Event(t=t, arrival=t if arrival is None else arrival, partition=0, offset=offset, id=name, row=(name,))
+
+
+def pairs(out) -> list[tuple[str, str | None]]:
+    return sorted((left[0], None if right is None else right[0]) for left, right in out.pairs)
+
+
+def test_one_to_n_emits_a_left_events_pairs_when_the_right_pt_passes_its_window():
+    s, r = KeyState(), rules()
+    out = step(s, r, [ev("L", 100)], [ev("R1", 92), ev("R2", 104), ev("R3", 106), ev("R0", 89)], None, None)
+    assert out.pairs == [] and len(s.lefts) == 1  # no clock yet: nothing closes
+    assert pairs(step(s, r, [], [], 95, 104)) == []  # 104 < 100 + 5: the window is still open
+    out = step(s, r, [], [], 95, 105)
+    assert pairs(out) == [("L", "R1"), ("L", "R2")] and s.lefts == []  # bounds inclusive: 90 <= t <= 105
+
+
+def test_a_left_event_with_no_match_is_a_non_match_in_a_left_outer_join_and_nothing_in_an_inner_one():
+    for outer, expected in ((True, [("L", None)]), (False, [])):
+        s = KeyState()
+        assert pairs(step(s, rules(outer=outer), [ev("L", 100)], [ev("R", 200)], 50, 105)) == expected
+        assert s.lefts == []
+
+
+def test_one_to_one_emits_the_first_arrived_match_at_once_and_keeps_nothing_more_for_it():
+    s, r = KeyState(), rules(one_to_one=True)
+    # R_late happened first but arrived after R_first: arrival order decides
+    out = step(s, r, [ev("L", 100)], [ev("R_late", 95, arrival=120), ev("R_first", 101, arrival=110)], None, None)
+    assert pairs(out) == [("L", "R_first")] and s.lefts == []
+    assert pairs(step(s, r, [], [ev("R_more", 102)], 100, 200)) == []  # the left event is done
+    s = KeyState()
+    step(s, r, [ev("L2", 100)], [], None, None)
+    assert pairs(step(s, r, [], [ev("R", 103, arrival=130)], None, None)) == [("L2", "R")]  # a later right: at once
+    s = KeyState()
+    step(s, r, [ev("L3", 100)], [], None, None)
+    assert pairs(step(s, r, [], [], 95, 105)) == [("L3", None)]  # no match by the window's close
+
+
+def test_a_left_event_read_after_its_window_closed_takes_what_is_buffered_and_closes_at_once():
+    s, r = KeyState(), rules()
+    step(s, r, [], [ev("R", 99)], 80, 100)
+    out = step(s, r, [ev("L_late", 95), ev("L_open", 99)], [], 80, 100)
+    assert pairs(out) == [("L_late", "R")] and out.counts == {"left_late_closed": 1}
+    assert [e.id for e in s.lefts] == ["L_open"]
+
+
+def test_a_right_event_is_kept_while_a_left_event_can_match_it_and_dropped_on_arrival_when_none_can():
+    s, r = KeyState(), rules()
+    step(s, r, [ev("L", 100)], [], 100, 101)
+    out = step(s, r, [], [ev("R_old", 89), ev("R_ok", 95)], 120, 101)  # left PT 120, but L (100) is open
+    assert out.counts == {"right_late_dropped": 1} and [e.id for e in s.rights] == ["R_ok"]
+    step(s, r, [], [], 120, 105)  # L closes: only the left PT holds R_ok now
+    assert s.rights == []  # 95 < 120 - 10
+
+
+def test_a_timer_bounds_the_left_pt_by_the_right_pt_less_the_window_end_and_the_drift():
+    s, r = KeyState(), rules()
+    step(s, r, [], [ev("R", 100)], None, None)
+    assert next_timer(s, r) == 100 + 10 + 5 + 2 + 1  # the first right PT at which left PT > 100 + 10 for sure
+    step(s, r, [], [], None, 117)
+    assert len(s.rights) == 1  # left PT >= 117 - 7 = 110: a left event at 110 still matches 100
+    step(s, r, [], [], None, 118)
+    assert s.rights == []
+    s = KeyState()
+    step(s, r, [ev("L", 100)], [], None, None)
+    assert next_timer(s, r) == 105  # its window's close
+
+
+def test_per_key_caps_close_the_oldest_left_event_and_evict_the_oldest_right_event():
+    s, r = KeyState(), rules(per_key_cap=2)
+    out = step(s, r, [], [ev("R1", 100), ev("R2", 98), ev("R3", 101)], None, None)
+    assert out.counts == {"right_cap_evicted": 1} and sorted(e.id for e in s.rights) == ["R1", "R3"]
+    out = step(s, r, [ev("L1", 100), ev("L2", 99), ev("L3", 102)], [], None, None)
+    assert out.counts == {"left_cap_closed": 1} and pairs(out) == [("L2", "R1"), ("L2", "R3")]  # its matches so far
+    assert sorted(e.id for e in s.lefts) == ["L1", "L3"]
+
+
+def test_a_re_sent_record_is_dropped_and_counted_while_its_window_can_still_be_joined():
+    s, r = KeyState(), rules()
+    out = step(s, r, [ev("L", 100), ev("L", 100)], [ev("R", 101)], None, None)
+    assert out.counts == {"left_duplicates": 1}
+    out = step(s, r, [ev("L", 100)], [ev("R", 101)], None, None)
+    assert out.counts == {"left_duplicates": 1, "right_duplicates": 1}
+    assert pairs(step(s, r, [], [], 100, 105)) == [("L", "R")]
+    step(s, r, [], [], None, 10_000)  # long after: the ids are forgotten, the key's state is empty
+    assert s.empty() and next_timer(s, r) is None
