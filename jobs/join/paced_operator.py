@@ -17,13 +17,14 @@ import pickle
 from collections.abc import Iterator
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
+from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
 METRIC, COUNT = "paced_metric", "paced_count"
@@ -68,32 +69,57 @@ def output_ddl(spec: JoinSpec) -> str:
     return ", ".join([*cols, f"{METRIC} string", f"{COUNT} bigint"])
 
 
-def _millis(c: str):
-    return F.unix_millis(F.col(c))
+#: The aligned source's columns (:data:`jobs.storage.aligned_source.SCHEMA`) a parse keeps.
+_SOURCE = ("side", "key", "value", "topic", "partition", "offset", "timestamp", *PACE_COLUMNS)
 
 
-def paced_join(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
-    """Typed left and right events (``good_events`` with the source's ``left_pt``/``right_pt``
-    kept) -> the join's rows and the operator's counter rows."""
+def both_sides_parsed(raw: DataFrame, spec: JoinSpec) -> DataFrame:
+    """The aligned source's rows, each parsed as its side's records (:func:`parse_records`, the
+    rules landing applies), in one chain of projections: the source is read once per micro-batch
+    (two filtered branches would each read it again, and Spark does not share a streaming scan).
+    The left side's columns get :data:`_LEFT` in front; the right's keep their names."""
+    left = parse_records(raw, spec.left, spec, keep=_SOURCE)
+    renamed = left.select(*_SOURCE, *[F.col(c).alias(_LEFT + c) for c in left.columns if c not in _SOURCE])
+    return parse_records(renamed, spec.right, spec, keep=tuple(renamed.columns))
+
+
+_LEFT = "paced_l_"
+
+
+def paced_join(raw: DataFrame, spec: JoinSpec) -> DataFrame:
+    """The aligned source's rows -> the join's rows and the operator's counter rows: every good
+    record tagged with its side, key, times and Kafka position; the rows of a drain (side ``tick``)
+    carry only the PTs, which move the watermark and so close windows."""
     keys = [f"paced_key{i}" for i in range(len(spec.left.key))]
+    parsed = both_sides_parsed(raw, spec)
+    side = F.col("side")
+    is_left, is_right = side == "left", side == "right"
 
-    def tagged(events: DataFrame, side: str) -> DataFrame:
-        st = spec.side(side)
-        return events.select(
-            *[F.col(c).alias(col_name(side, c)) for c in side_columns(spec, side)],
-            *([F.col("ds")] if side == "left" else []),
-            F.lit(side[0]).alias(_SIDE),
-            _millis(st.event_time).alias(_T),
-            _millis(ARRIVAL_TIME).alias(_ARRIVAL),
-            F.col(PARTITION).alias(_POS),
-            F.col(OFFSET).alias(_OFF),
-            F.col(st.id).cast("string").alias(_ID),
-            *[F.col(k).alias(name) for k, name in zip(st.key, keys)],
-            F.col(PACE_COLUMNS[0]).alias(_LPT),
-            F.col(PACE_COLUMNS[1]).alias(_RPT),
-        )
+    def one_side(which: str) -> list[Column]:
+        prefix, cond = (_LEFT, is_left) if which == "left" else ("", is_right)
+        cols = [F.when(cond, F.col(prefix + c)).alias(col_name(which, c)) for c in side_columns(spec, which)]
+        return [*cols, F.when(cond, F.col(prefix + "ds")).alias("ds")] if which == "left" else cols
 
-    stream = tagged(left, "left").unionByName(tagged(right, "right"), allowMissingColumns=True)
+    lt, rt = spec.left, spec.right
+    good = (is_left & F.col(_LEFT + "_reason").isNull()) | (is_right & F.col("_reason").isNull()) | (side == "tick")
+    stream = parsed.where(good).select(
+        *one_side("left"),
+        *one_side("right"),
+        F.substring(side, 1, 1).alias(_SIDE),
+        F.when(is_left, F.unix_millis(F.col(_LEFT + lt.event_time)))
+        .when(is_right, F.unix_millis(F.col(rt.event_time)))
+        .alias(_T),
+        F.unix_millis(F.when(is_left, F.col(_LEFT + ARRIVAL_TIME)).otherwise(F.col(ARRIVAL_TIME))).alias(_ARRIVAL),
+        F.when(is_left, F.col(_LEFT + PARTITION)).otherwise(F.col(PARTITION)).alias(_POS),
+        F.when(is_left, F.col(_LEFT + OFFSET)).otherwise(F.col(OFFSET)).alias(_OFF),
+        F.when(is_left, F.col(_LEFT + lt.id).cast("string")).otherwise(F.col(rt.id).cast("string")).alias(_ID),
+        *[
+            F.when(is_left, F.col(_LEFT + lk)).otherwise(F.col(rk)).alias(name)
+            for lk, rk, name in zip(lt.key, rt.key, keys)
+        ],
+        F.col(PACE_COLUMNS[0]).alias(_LPT),
+        F.col(PACE_COLUMNS[1]).alias(_RPT),
+    )
     # the right PT is the query's watermark; the column is dropped before the operator, so Spark's
     # own late-row rule (event time <= watermark: every row of a batch whose right PT did not move)
     # has no column to drop rows by: lateness is the operator's to decide

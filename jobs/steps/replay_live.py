@@ -42,8 +42,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from jobs.settings import Settings
-from jobs.spec import JoinSpec
-from jobs.storage import delta_io, fs, kafka
+from jobs.spec import Engine, JoinSpec
+from jobs.storage import aligned_source, delta_io, fs, kafka
 from jobs.storage.hold import current_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, read_progress, settle_log
 from jobs.storage.spark import release_state_stores
@@ -204,7 +204,7 @@ def run_paced(
     extra no-data batch per slice is switched off (it would double the batches, and a no-data
     batch would emit rows at a watermark no live stream reaches between slices).
     """
-    from jobs.steps.stream import start_quarantine, start_streaming_join
+    from jobs.steps.stream import paced_source_dir, start_quarantine, start_streaming_join
     from jobs.workload.publisher import publish
 
     step = int(round(slice_minutes * 60_000))
@@ -247,6 +247,8 @@ def run_paced(
                 on_slice(n, total, slice_end_ms)
         if query is not None:
             gate.wait_arrival(query)
+            if spec.streaming.engine == Engine.paced:  # a bounded trial: its last windows close too
+                aligned_source.request_drain(paced_source_dir(spec, s))
             gate.open()
             query.processAllAvailable()  # the last batch commits before the query stops
     finally:

@@ -34,9 +34,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
-from jobs.join.paced_operator import PACE_COLUMNS, paced_join, split_counters
+from jobs.join.paced_operator import paced_join, split_counters
 from jobs.join.records import good_events, parse_records, quarantine_rows
-from jobs.settings import Settings
+from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
 from jobs.storage import aligned_source, delta_io, fs, kafka
@@ -167,8 +167,12 @@ def start_streaming_join(
     owned_from=None,
     on_batch: Callable[[int], None] | None = None,
     clock: Callable[[], datetime] | None = None,
+    drain: bool = False,
 ) -> tuple[StreamingQuery, ...]:
-    """Start the join query (and the quarantine query) from their checkpoints; return them."""
+    """Start the join query (and the quarantine query) from their checkpoints; return them.
+
+    ``drain`` (the paced engine, a bounded run): once both topics are read, close every open window
+    with what was read (:func:`jobs.storage.aligned_source.request_drain`)."""
     tables = Tables.of(spec, s)
     held = current_hold(spec, s)
     if held is not None and held["pid"] != os.getpid():
@@ -186,7 +190,7 @@ def start_streaming_join(
         return "earliest"
 
     if spec.streaming.engine == Engine.paced:
-        joined = _paced_stream(spark, spec, bootstrap, tables, starting_offsets)
+        joined = _paced_stream(spark, spec, bootstrap, s, starting_offsets, drain)
     else:
         parsed = {
             side: parse_records(
@@ -229,33 +233,38 @@ def start_streaming_join(
     return tuple(queries)
 
 
+def paced_source_dir(spec: JoinSpec, s: Settings | None = None) -> str:
+    """Where the paced engine's source keeps its estimators' snapshots and a drain request: beside
+    the join's checkpoint on a local storage root, else on this machine (``local_root``)."""
+    local = fs.local(Tables.of(spec, s).checkpoint(JOIN_QUERY))
+    if local is not None:
+        return str(local / "paced_source")
+    return str((s or settings()).local_path("paced_source", spec.pipeline))
+
+
 def _paced_stream(
     spark: SparkSession,
     spec: JoinSpec,
     bootstrap: str,
-    tables: Tables,
+    s: Settings | None,
     starting_offsets: dict[str, dict[str, int]] | None,
+    drain: bool,
 ) -> DataFrame:
     """The paced engine: both topics through the aligned source, the paper's operator per key."""
-    checkpoint = tables.checkpoint(JOIN_QUERY)
-    local = fs.local(checkpoint)
+    state_dir = paced_source_dir(spec, s)
+    if drain:
+        aligned_source.request_drain(state_dir)
+    else:
+        aligned_source.clear_drain(state_dir)
     pacing = aligned_source.Pacing(
         bootstrap=bootstrap,
         spec_json=spec.model_dump_json(by_alias=True),
-        state_dir=str(local / "paced_source") if local is not None else None,
+        state_dir=state_dir,
         starting={t: {str(p): int(o) for p, o in parts.items()} for t, parts in (starting_offsets or {}).items()},
     )
     aligned_source.register(spark)
     raw = spark.readStream.format(aligned_source.NAME).option("pacing", pacing.option()).load()
-    events = {
-        side: good_events(
-            parse_records(raw.where(F.col("side") == side), spec.side(side), spec, keep=PACE_COLUMNS),
-            spec.side(side),
-            keep=PACE_COLUMNS,
-        )
-        for side in ("left", "right")
-    }
-    return paced_join(events["left"], events["right"], spec)
+    return paced_join(raw, spec)
 
 
 def start_quarantine(

@@ -61,8 +61,26 @@ SCHEMA = (
 #: The end offset's own entry (``@`` is not allowed in a Kafka topic's name).
 PACED = "@paced"
 SIDES = ("left", "right")
+#: The side of a row that carries no record, only PTs (a drain).
+TICK = "tick"
 #: Snapshots of the estimators kept beside the checkpoint (a restart needs the last one only).
 _KEEP_SNAPSHOTS = 3
+#: The PTs of a drained source (the end of a bounded trial): every window closes.
+DRAIN_PT = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+_DRAIN_FILE = "drain"
+
+
+def request_drain(state_dir: str) -> None:
+    """End a bounded run (a replay-as-live trial, a benchmark): once both topics are read to their
+    end, the source moves both PTs past every event, so every open window closes with what was read
+    (Flink's end-of-input watermark). A live stream never drains."""
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    (Path(state_dir) / _DRAIN_FILE).touch()
+
+
+def clear_drain(state_dir: str) -> None:
+    """A run that starts is not drained (a request an earlier run left behind is dropped)."""
+    (Path(state_dir) / _DRAIN_FILE).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -192,7 +210,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         candidates = {side: self._in_arrival_order(d, side, cap) for side in SIDES}
         idle = [s for s in SIDES if not candidates[s]]
         if len(idle) == 2:
-            return start
+            return self._drained(d, start)
         q = spec.streaming.paced.pt_percentile
         upper = int(spec.window.upper.total_seconds() * 1000)
         drift = int(spec.streaming.paced.max_drift.total_seconds() * 1000)
@@ -235,6 +253,19 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         d.seq += 1
         self._save(d)
         return self._offsets(d, stats)
+
+    def _drained(self, d: _Driver, start: dict) -> dict:
+        """Nothing to read: ``start`` again (no micro-batch), or, when a drain was asked for, two
+        micro-batches of one tick each at :data:`DRAIN_PT` (the first moves the watermark, the second
+        fires every timer under it even where no-data micro-batches are off)."""
+        drained = int(start.get(PACED, {}).get("drained", 0))
+        asked = self.pacing.state_dir is not None and (Path(self.pacing.state_dir) / _DRAIN_FILE).exists()
+        if not asked or drained >= 2:
+            return start
+        d.seq += 1
+        d.pt = {side: DRAIN_PT for side in SIDES}
+        self._save(d)
+        return self._offsets(d, {"paused": [], "idle": list(SIDES), "drained": drained + 1})
 
     def _offsets(self, d: _Driver, stats: dict[str, Any]) -> dict:
         out: dict[str, Any] = {}
@@ -375,6 +406,8 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         paced = end.get(PACED, {})
         side_of = {self._topic(s): s for s in SIDES}
         out = []
+        if int(paced.get("drained", 0)) > int(start.get(PACED, {}).get("drained", 0)):
+            out.append(KafkaRange(TICK, "", -1, 0, 0, DRAIN_PT, DRAIN_PT))
         for topic, parts in end.items():
             if topic == PACED:
                 continue
@@ -398,6 +431,9 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from jobs.storage import kafka
 
         r: KafkaRange = partition
+        if r.side == TICK:  # no record: the PTs alone
+            yield (TICK, None, None, "", -1, -1, datetime.now(UTC), r.left_pt, r.right_pt)
+            return
         c = kafka.KafkaConsumerFor(self.pacing.bootstrap, client_id="joinshift-aligned-source-task")
         try:
             c.assign_at({(r.topic, r.partition): r.start})

@@ -377,10 +377,16 @@ def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
             conf.set(k.removeprefix("spark.hadoop."), v)
 
 
-#: What the driver JVM prints on every start that says nothing to act on: Spark 4 adds
+#: What the driver JVM prints that says nothing to act on: Spark 4 adds
 #: ``--add-modules=jdk.incubator.vector`` to every JVM it launches (SPARK-48021), and the JVM
-#: announces incubator modules on stderr. Every other line of the JVM's stderr passes through.
-_HARMLESS_JVM_LINES = (b"WARNING: Using incubator modules",)
+#: announces incubator modules on stderr; the Python process that plans a
+#: ``transformWithStateInPandas`` query (the paced engine) prints its every step, each line followed
+#: by an empty one. Every other line of the JVM's stderr passes through.
+_HARMLESS_JVM_LINES = (
+    b"WARNING: Using incubator modules",
+    b"Starting Streaming TransformWithStateInPandas Python worker",
+    b"Streaming TransformWithStateInPandas Python worker",
+)
 
 
 def _launch_quiet_gateway(options: dict[str, str]) -> None:
@@ -405,7 +411,7 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     def forward(err: IO[bytes]) -> None:
         out = getattr(sys.stderr, "buffer", None)
         for line in iter(err.readline, b""):
-            if out is not None and not line.startswith(_HARMLESS_JVM_LINES):
+            if out is not None and line.strip() and not line.startswith(_HARMLESS_JVM_LINES):
                 with contextlib.suppress(Exception):
                     out.write(line)
                     out.flush()
