@@ -91,6 +91,13 @@ CASES = {
         REUSE_WARN,
         REUSE,
     ),
+    "streaming.engine": (_set("streaming", "engine", "paced"), "streaming.engine", NEEDS_FRESH, FRESH),
+    "streaming.paced": (
+        _set("streaming", "paced", "per_key_cap", 100),
+        "streaming.paced.per_key_cap",
+        REUSE_WARN,
+        REUSE,
+    ),
     "timezone": (_set("timezone", "America/Los_Angeles"), "timezone", REUSE_WARN, REUSE),
     "timestamp_validity": (
         _set("timestamp_validity", "max_past", "3d"),
