@@ -49,9 +49,7 @@ def test_the_python_reader_reads_the_instant_spark_parses(spark, demo_spec, time
         for i, v in enumerate(CASES[time_format])
     ]
     arrival = datetime(2026, 11, 20, 12, tzinfo=UTC)
-    raw = spark.createDataFrame(
-        [(b"s", v.encode(), "t", 0, i, arrival) for i, v in enumerate(values)], RAW_SCHEMA
-    )
+    raw = spark.createDataFrame([(b"s", v.encode(), "t", 0, i, arrival) for i, v in enumerate(values)], RAW_SCHEMA)
     parsed = parse_records(raw, spec.right, spec).orderBy("_offset").select("event_time").collect()
     spark_ms = [None if r.event_time is None else round(r.event_time.timestamp() * 1000) for r in parsed]
     read = event_time_reader(spec.right)
