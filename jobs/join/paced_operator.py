@@ -13,7 +13,6 @@ of a join row; :func:`split_counters` takes them apart in the sink.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterator
 
 import pandas as pd
@@ -24,10 +23,14 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
+from jobs.join.paced_state import Dictionaries, StateCodec
 from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
 METRIC, COUNT = "paced_metric", "paced_count"
+#: A sample of the state the operator wrote (:class:`PacedJoinProcessor`): keys, their buffered
+#: rows, and their bytes pickled (raw) and as stored (compressed).
+SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
 #: The PT columns every row of the aligned source carries, kept through parsing.
 PACE_COLUMNS = ("left_pt", "right_pt")
 #: The control columns of the tagged stream, besides the join's columns. No leading "_": Spark
@@ -86,10 +89,11 @@ def both_sides_parsed(raw: DataFrame, spec: JoinSpec) -> DataFrame:
 _LEFT = "paced_l_"
 
 
-def paced_join(raw: DataFrame, spec: JoinSpec) -> DataFrame:
+def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None = None) -> DataFrame:
     """The aligned source's rows -> the join's rows and the operator's counter rows: every good
     record tagged with its side, key, times and Kafka position; the rows of a drain (side ``tick``)
-    carry only the PTs, which move the watermark and so close windows."""
+    carry only the PTs, which move the watermark and so close windows. ``dictionaries``: where the
+    state's compression dictionaries are kept (:mod:`jobs.join.paced_state`)."""
     keys = [f"paced_key{i}" for i in range(len(spec.left.key))]
     parsed = both_sides_parsed(raw, spec)
     side = F.col("side")
@@ -128,7 +132,7 @@ def paced_join(raw: DataFrame, spec: JoinSpec) -> DataFrame:
         .withWatermark(_CLOCK, "0 seconds")
         .drop(_CLOCK)
     )
-    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec))
+    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries)
     return stream.groupBy(*keys).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=output_ddl(spec),
@@ -149,15 +153,22 @@ def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
 class PacedJoinProcessor(StatefulProcessor):
     """One key's calls: new rows of a micro-batch, or its timer (the right PT passed something)."""
 
-    def __init__(self, rules: Rules, columns: list[str]):
+    #: State sizes are reported every this many keys stored (and on a task's first): a sample.
+    SIZE_SAMPLE = 256
+
+    def __init__(self, rules: Rules, columns: list[str], dictionaries: Dictionaries | None = None):
         self.rules = rules
         self.columns = columns
+        self.dictionaries = dictionaries
         self.left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
         self.right_columns = [c for c in columns if c.startswith("right_")]
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.state = handle.getValueState("buffers", _STATE)
+        self.codec = StateCodec.of(self.dictionaries)
+        self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
+        self.stored = 0
 
     def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
         frame = pd.concat(list(rows), ignore_index=True)
@@ -182,7 +193,7 @@ class PacedJoinProcessor(StatefulProcessor):
 
     def _step(self, lefts, rights, lpt, rpt, fired: bool = False) -> Iterator[pd.DataFrame]:
         stored = self.state.get() if self.state.exists() else None
-        state = pickle.loads(stored[0]) if stored else KeyState()
+        state = self.codec.loads(stored[0]) if stored else KeyState()
         timer = None if stored is None or fired else stored[1]
         out = step(state, self.rules, lefts, rights, lpt, rpt)
         due = next_timer(state, self.rules)
@@ -193,7 +204,17 @@ class PacedJoinProcessor(StatefulProcessor):
         if state.empty():
             self.state.clear()
         else:
-            self.state.update((pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), due))
+            blob, raw = self.codec.dumps(state)
+            self.state.update((blob, due))
+            z = self.sizes
+            z["state_keys"] += 1
+            z["state_rows"] += len(state.lefts) + len(state.rights)
+            z["state_raw_bytes"] += raw
+            z["state_bytes"] += len(blob)
+            self.stored += 1
+            if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
+                out.counts.update(z)
+                self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
         if out.pairs:
             yield self._rows(out.pairs)
         if out.counts:  # the join's columns empty (None, not NaN: arrow casts no float to a date)

@@ -27,6 +27,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,6 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
 from jobs.join.paced_operator import paced_join, split_counters
+from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
@@ -264,7 +266,9 @@ def _paced_stream(
     )
     aligned_source.register(spark)
     raw = spark.readStream.format(aligned_source.NAME).option("pacing", pacing.option()).load()
-    return paced_join(raw, spec)
+    # the state's compression dictionaries beside the checkpoint, where every executor reads them
+    local = fs.is_local((s or settings()).storage_root)
+    return paced_join(raw, spec, FolderDictionaries(str(Path(state_dir) / "dictionaries")) if local else None)
 
 
 def start_quarantine(

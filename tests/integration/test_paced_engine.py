@@ -19,6 +19,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.join.paced import METRICS
 from jobs.spec import Engine
 
 pytestmark = pytest.mark.integration
@@ -150,7 +151,8 @@ def test_per_key_caps_lateness_and_validity_are_counted_exactly(
     for p in log:
         for k, v in (p.get("joinshift", {}).get("paced") or {}).items():
             counts[k] = counts.get(k, 0) + v
-    assert counts == {
+    assert counts["state_keys"] > 0 and counts["state_bytes"] > 0  # a sample of the state's sizes
+    assert {k: v for k, v in counts.items() if k in METRICS} == {
         "right_cap_evicted": 2,
         "left_cap_closed": 1,
         "left_late_closed": 1,

@@ -1,0 +1,125 @@
+"""How the paced operator stores a key's buffers: compressed with a zstandard dictionary trained on
+the stream's own buffered rows at run time, and trained again as they change (paper §6.3: 3-10x,
+"adapts during runtime so that it can effectively compress new data").
+
+A key's buffers are pickled (the raw form), then compressed. Each worker process trains its own
+dictionary from the first :data:`TRAIN_AFTER` buffers it stores and again every :data:`RETRAIN_EVERY`;
+a dictionary is named by its id (random, 32 bits, zstandard's) and kept in a :class:`Dictionaries` store (a folder
+beside the checkpoint), since a blob written with one is read by whichever task holds its key
+later. Until a dictionary exists, and where there is no store, a blob is zstandard without one.
+
+Every blob starts with its form: ``P`` pickled, ``z`` zstandard, ``D`` zstandard with a dictionary
+(the frame names it: zstandard writes the dictionary's id into every frame).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import deque
+from pathlib import Path
+from typing import Protocol
+
+import zstandard
+
+from jobs.join.paced import KeyState
+
+TRAIN_AFTER = 200
+RETRAIN_EVERY = 20_000
+DICTIONARY_BYTES = 8 * 1024
+_LEVEL = 3
+
+
+class Dictionaries(Protocol):
+    """Where trained dictionaries are kept, by id (picklable: the operator's workers get it)."""
+
+    def get(self, name: str) -> bytes | None: ...
+
+    def put(self, name: str, data: bytes) -> None: ...
+
+
+class FolderDictionaries:
+    """Dictionaries as files of one folder (a local storage root: every executor reads it)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            return (Path(self.folder) / f"{name}.zdict").read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, name: str, data: bytes) -> None:
+        path = Path(self.folder) / f"{name}.zdict"
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+class StateCodec:
+    """Pickle + zstandard (with this process's current dictionary) one key's buffers.
+
+    One per worker process and store (:meth:`of`): Python workers outlive their tasks, so the
+    samples and the dictionary carry over from one micro-batch's task to the next."""
+
+    _loaded: dict[str, zstandard.ZstdCompressionDict] = {}  # any task's blobs, by dictionary
+    _codecs: dict[str, StateCodec] = {}
+
+    @classmethod
+    def of(cls, store: Dictionaries | None) -> StateCodec:
+        key = getattr(store, "folder", "") if store is not None else ""
+        if key not in cls._codecs:
+            cls._codecs[key] = cls(store)
+        return cls._codecs[key]
+
+    def __init__(self, store: Dictionaries | None):
+        self.store = store
+        self.samples: deque[bytes] = deque(maxlen=TRAIN_AFTER * 4)
+        self.stored = 0
+        self.current: tuple[str, zstandard.ZstdCompressor] | None = None
+        self.plain = zstandard.ZstdCompressor(level=_LEVEL)
+
+    def dumps(self, state: KeyState) -> tuple[bytes, int]:
+        """The blob, and the raw (pickled) size it stands for."""
+        raw = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        self.stored += 1
+        if self.store is not None:
+            self.samples.append(raw)
+            if (self.current is None and self.stored >= TRAIN_AFTER) or self.stored % RETRAIN_EVERY == 0:
+                self._train()
+        if self.current is not None:
+            return b"D" + self.current[1].compress(raw), len(raw)
+        return b"z" + self.plain.compress(raw), len(raw)
+
+    def loads(self, blob: bytes) -> KeyState:
+        form = blob[:1]
+        if form == b"P":
+            return pickle.loads(blob[1:])
+        if form == b"z":
+            return pickle.loads(zstandard.ZstdDecompressor().decompress(blob[1:]))
+        name = str(zstandard.get_frame_parameters(blob[1:]).dict_id)
+        return pickle.loads(zstandard.ZstdDecompressor(dict_data=self._dictionary(name)).decompress(blob[1:]))
+
+    def _train(self) -> None:
+        try:
+            trained = zstandard.train_dictionary(DICTIONARY_BYTES, list(self.samples))
+        except zstandard.ZstdError:  # too few distinct samples yet: keep what there is
+            return
+        data = trained.as_bytes()
+        name = str(trained.dict_id())
+        assert self.store is not None
+        self.store.put(name, data)
+        self._loaded[name] = zstandard.ZstdCompressionDict(data)
+        self.current = (name, zstandard.ZstdCompressor(level=_LEVEL, dict_data=self._loaded[name]))
+
+    def _dictionary(self, name: str) -> zstandard.ZstdCompressionDict:
+        if name not in self._loaded:
+            data = self.store.get(name) if self.store is not None else None
+            if data is None:
+                raise RuntimeError(f"the paced operator's state dictionary {name} is missing: its folder was deleted")
+            self._loaded[name] = zstandard.ZstdCompressionDict(data)
+        return self._loaded[name]
