@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.join.columns import col_name
-from jobs.join.variants import REFERENCE, VARIANTS, WINDOWED_VARIANTS
+from jobs.join.variants import FIRST_ANSWER, REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import batch_input, delta_io
@@ -175,6 +175,8 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         for variant in VARIANTS
         if variant not in waiting and delta_io.table_exists(spark, tables.output(variant))
     }
+    if "stream" in outputs and "revision" in outputs["stream"].columns:  # late corrections: the first answers too
+        outputs[FIRST_ANSWER] = outputs["stream"].where(F.col("revision") == 0)
     if not outputs:
         raise delta_io.MissingInput(
             f"no join output for pipeline {spec.pipeline} on ds {ds} yet: run joinshift batch --ds {ds} "
@@ -257,15 +259,18 @@ def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs:
         title="match rate per ds (matched left ÷ left) and the stream's window-boundary deltas",
         caption="; ".join(caption),
     )
+    # the stream's first answers beside its final ones, where late corrections amended some
+    shown = [*VARIANTS, *([FIRST_ANSWER] if any(m["variant"] == FIRST_ANSWER for m in metrics) else [])]
+    heads = [v if v != FIRST_ANSWER else "stream\nfirst\nanswer" for v in shown]
     # two-line headers keep the table inside a terminal's width
-    for h in ("ds", *VARIANTS, "vs\nbaseline\n(pp)", "vs\nreference\n(pp)", "p99 to\nlower", "p99 to\nupper"):
+    for h in ("ds", *heads, "vs\nbaseline\n(pp)", "vs\nreference\n(pp)", "p99 to\nlower", "p99 to\nupper"):
         t.add_column(h, justify="right")
     if runs is not None and not one_label:
         t.add_column("stream run", justify="left")
     for r in summary_rows(metrics, baseline):
         cells = [
             str(r["ds"]),
-            *(_pct(r.get(v)) for v in VARIANTS),
+            *(_pct(r.get(v)) for v in shown),
             _pp(r.get("stream_minus_baseline_pp")),
             _pp(r.get("stream_minus_reference_pp")),
             _dur(r.get("stream_to_lower_p99")),

@@ -18,6 +18,9 @@ ARRIVAL_TIME, PARTITION, OFFSET = "_arrival_time", "_partition", "_offset"
 #: wall time; replay-as-live: the end of its slice in record time, the simulated now), so event ->
 #: output latency can be measured. Batch variants have no such column.
 EMITTED_AT = "emitted_at"
+#: The paced engine with late corrections only: when a row amended its left event's first answer
+#: (null on a first answer); the row's ``revision`` says which correction it is (0: none).
+AMENDED_AT = "amended_at"
 
 
 def col_name(side: str, column: str) -> str:

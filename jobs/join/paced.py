@@ -19,6 +19,10 @@ times read so far, :class:`jobs.join.pt_estimator.PTEstimator`), which the align
 * per-key caps (§6.6): past ``per_key_cap`` buffered events of a side, the oldest left event is
   closed at once (its matches so far, or a non-match) and the oldest right event is evicted;
   both counted.
+* late corrections (beyond the paper, ``corrections.horizon``): a left event closed as a non-match
+  stays until the right PT passes its window's end plus the horizon; a right event of its window
+  read meanwhile amends it (a pair with a revision number: 1, then 2, ... for 1-to-n, 1 only for
+  1-to-1), counted as ``left_amended``.
 * timestamp validity (§6.7) and lateness: a left event whose window closed before it was read is
   matched against what is buffered and closed at once (``left_late_closed``); a right event no open
   or future left event can match is dropped on arrival (``right_late_dropped``). Event times
@@ -41,6 +45,7 @@ METRICS = (
     "right_cap_evicted",
     "left_duplicates",
     "right_duplicates",
+    "left_amended",
 )
 
 
@@ -73,6 +78,8 @@ class Rules:
     #: How far the aligned source lets one stream's PT run past the synchronization point: a
     #: micro-batch with no rows of a key (a timer) bounds the left PT by ``right_PT - upper - max_drift``.
     max_drift: int
+    #: ``corrections.horizon``: how long past its window's end a non-match may still be amended.
+    horizon: int | None = None
 
     def left_pt_bound(self, right_pt: int | None) -> int | None:
         """The least the left stream's PT can be when the right's is ``right_pt`` (synchronized)."""
@@ -80,23 +87,35 @@ class Rules:
 
 
 @dataclass
+class Amendable:
+    """A left event emitted as a non-match, and the corrections emitted for it so far."""
+
+    left: Event
+    revisions: int = 0
+
+
+@dataclass
 class KeyState:
-    """One key's buffers: open left events, buffered right events, and the ids seen (with the
-    event time after which they may be forgotten) to drop a record its producer re-sent."""
+    """One key's buffers: open left events, buffered right events, the ids seen (with the event
+    time after which they may be forgotten) to drop a record its producer re-sent, and the
+    non-matches that may still be amended."""
 
     lefts: list[Event] = field(default_factory=list)
     rights: list[Event] = field(default_factory=list)
     seen: dict[tuple[str, str], int] = field(default_factory=dict)
+    amendable: list[Amendable] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not self.lefts and not self.rights and not self.seen
+        return not self.lefts and not self.rights and not self.seen and not self.amendable
 
 
 @dataclass
 class Output:
-    """What one step emits: (left row, right row or None) pairs, and its counters."""
+    """What one step emits: (left row, right row or None) pairs, corrections (left row, right row,
+    revision), and its counters."""
 
     pairs: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = field(default_factory=list)
+    corrections: list[tuple[tuple[Any, ...], tuple[Any, ...], int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str, n: int = 1) -> None:
@@ -119,6 +138,7 @@ def step(
     lefts = _unseen(state, new_lefts, "l", rules, out)
     rights = _unseen(state, new_rights, "r", rules, out)
 
+    used = _amend(state, rules, rights, right_pt, out)
     state.rights = sorted([*state.rights, *rights], key=lambda e: e.arrival_order)
     if rules.one_to_one:  # each open left event takes the first-arrived buffered match at once
         waiting = []
@@ -152,7 +172,7 @@ def step(
     if horizon is not None:
         fresh = {id(e) for e in rights}
         kept = [e for e in state.rights if e.t >= horizon]
-        out.count("right_late_dropped", sum(1 for e in state.rights if e.t < horizon and id(e) in fresh))
+        out.count("right_late_dropped", sum(1 for e in state.rights if e.t < horizon and id(e) in fresh - used))
         state.rights = kept
     out.counts = {k: v for k, v in out.counts.items() if v}
     return out
@@ -167,7 +187,29 @@ def next_timer(state: KeyState, rules: Rules) -> int | None:
     due = [e.t + rules.upper for e in state.lefts]
     due += [e.t - rules.lower + rules.upper + rules.max_drift + 1 for e in state.rights]
     due += [until + rules.upper + rules.max_drift + 1 for until in state.seen.values()]
+    if rules.horizon is not None:
+        due += [a.left.t + rules.upper + rules.horizon for a in state.amendable]
     return min(due) if due else None
+
+
+def _amend(state: KeyState, rules: Rules, rights: list[Event], right_pt: int | None, out: Output) -> set[int]:
+    """Corrections: the new right events (in arrival order) that fall in the window of a left event
+    emitted as a non-match; those past the horizon are let go. Returns the ids of the right events used."""
+    if rules.horizon is None:
+        return set()
+    horizon = rules.horizon
+    state.amendable = [a for a in state.amendable if right_pt is None or right_pt < a.left.t + rules.upper + horizon]
+    used: set[int] = set()
+    for r in sorted(rights, key=lambda e: e.arrival_order):
+        for a in state.amendable:
+            if _in_window(a.left, r, rules) and not (rules.one_to_one and a.revisions):
+                a.revisions += 1
+                out.corrections.append((a.left.row, r.row, a.revisions))
+                out.count("left_amended")
+                used.add(id(r))
+    if rules.one_to_one:
+        state.amendable = [a for a in state.amendable if not a.revisions]
+    return used
 
 
 def _unseen(state: KeyState, events: list[Event], side: str, rules: Rules, out: Output) -> list[Event]:
@@ -210,6 +252,8 @@ def _close(state: KeyState, rules: Rules, out: Output, due) -> None:
         out.pairs.extend((left.row, r.row) for r in matches)
         if not matches and rules.outer:
             out.pairs.append((left.row, None))
+            if rules.horizon is not None:
+                state.amendable.append(Amendable(left))
     state.lefts = still
 
 

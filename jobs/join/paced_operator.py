@@ -28,6 +28,8 @@ from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
 METRIC, COUNT = "paced_metric", "paced_count"
+#: 0 on a first answer; n on the n-th correction of a non-match (``corrections.horizon``).
+REVISION = "revision"
 #: A sample of the state the operator wrote (:class:`PacedJoinProcessor`): keys, their buffered
 #: rows, and their bytes pickled (raw) and as stored (compressed).
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
@@ -58,6 +60,7 @@ def rules_of(spec: JoinSpec) -> Rules:
         one_to_one=spec.join.cardinality == Cardinality.one_to_one,
         per_key_cap=p.per_key_cap,
         max_drift=int(p.max_drift.total_seconds() * 1000),
+        horizon=None if spec.corrections.horizon is None else int(spec.corrections.horizon.total_seconds() * 1000),
     )
 
 
@@ -69,7 +72,7 @@ def output_ddl(spec: JoinSpec) -> str:
         schema = spec.side(side).schema_
         for c in side_columns(spec, side):
             cols.append(f"{col_name(side, c)} {SCHEMA_TYPES[schema[c]] if c in schema else types[c]}")
-    return ", ".join([*cols, f"{METRIC} string", f"{COUNT} bigint"])
+    return ", ".join([*cols, f"{REVISION} int", f"{METRIC} string", f"{COUNT} bigint"])
 
 
 #: The aligned source's columns (:data:`jobs.storage.aligned_source.SCHEMA`) a parse keeps.
@@ -215,17 +218,17 @@ class PacedJoinProcessor(StatefulProcessor):
             if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
                 out.counts.update(z)
                 self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
-        if out.pairs:
-            yield self._rows(out.pairs)
+        if out.pairs or out.corrections:
+            yield self._rows([(left, right, 0) for left, right in out.pairs] + out.corrections)
         if out.counts:  # the join's columns empty (None, not NaN: arrow casts no float to a date)
             n = len(out.counts)
-            frame = pd.DataFrame({c: pd.Series([None] * n, dtype=object) for c in self.columns})
+            frame = pd.DataFrame({c: pd.Series([None] * n, dtype=object) for c in [*self.columns, REVISION]})
             frame[METRIC], frame[COUNT] = list(out.counts), list(out.counts.values())
             yield frame
 
     def _rows(self, pairs) -> pd.DataFrame:
         nulls = (None,) * len(self.right_columns)
-        data = [(*left, *(right if right is not None else nulls)) for left, right in pairs]
-        frame = pd.DataFrame.from_records(data, columns=[*self.left_columns, *self.right_columns])
+        data = [(*left, *(right if right is not None else nulls), revision) for left, right, revision in pairs]
+        frame = pd.DataFrame.from_records(data, columns=[*self.left_columns, *self.right_columns, REVISION])
         frame[METRIC], frame[COUNT] = pd.Series([None] * len(frame), dtype=object), None
-        return frame[[*self.columns, METRIC, COUNT]]
+        return frame[[*self.columns, REVISION, METRIC, COUNT]]

@@ -285,6 +285,20 @@ class Budgets(_Strict):
         return v
 
 
+class Corrections(_Strict):
+    """Late corrections (the paced engine, left outer): a left event emitted as a non-match when its
+    window closed is amended when a matching right event arrives within ``horizon`` after that."""
+
+    horizon: Duration | None = Field(default=None, description="how long a non-match may still be amended, e.g. 12h")
+
+    @field_validator("horizon")
+    @classmethod
+    def _positive(cls, v: timedelta | None) -> timedelta | None:
+        if v is not None and v.total_seconds() <= 0:
+            raise ValueError("must be positive, e.g. 12h (or leave it out: no corrections)")
+        return v
+
+
 class CutoverSpec(_Strict):
     """The cut-over gate's SLO (``joinshift gate``): what a day must meet, and how many days in a
     row a promotion needs. Match-rate tolerance and baseline come from ``accuracy``, the latency
@@ -313,6 +327,7 @@ class JoinSpec(_Strict):
     health: HealthSpec = HealthSpec()
     cutover: CutoverSpec = CutoverSpec()
     budgets: Budgets = Budgets()
+    corrections: Corrections = Corrections()
 
     @field_validator("pipeline")
     @classmethod
@@ -351,6 +366,13 @@ class JoinSpec(_Strict):
             raise ValueError("left.topic and right.topic must differ")
         if self.streaming.engine == Engine.paced:
             self._paced_supported()
+        if self.corrections.horizon is not None and (
+            self.streaming.engine != Engine.paced or self.join.type != JoinType.left_outer
+        ):
+            raise ValueError(
+                "corrections.horizon amends left outer non-matches of the paced engine: set streaming.engine "
+                "paced and join.type left_outer, or leave corrections out"
+            )
         tables = [self.left.table, self.right.table, self.output_table]
         if len(set(tables)) != 3:
             raise ValueError("left.table, right.table and output_table must all differ")

@@ -344,6 +344,13 @@ RULES: list[tuple[str, str, str]] = [
         "checkpoint. Fresh checkpoint and replay.",
     ),
     (
+        "corrections.*",
+        NEEDS_FRESH,
+        "{field}: with corrections the output table has two more columns (revision, amended_at) and the "
+        "paced operator keeps non-matches in state for the horizon; a table and a state made without them "
+        "cannot take them. Fresh checkpoint and replay into a new output.",
+    ),
+    (
         "streaming.paced.*",
         REUSE_WARN,
         "{field} is a rule of the paced engine's pacing or per-key caps (paper §5.2, §6.6): not part of its "

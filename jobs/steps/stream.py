@@ -33,9 +33,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name
+from jobs.join.columns import AMENDED_AT, ARRIVAL_TIME, EMITTED_AT, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
-from jobs.join.paced_operator import paced_join, split_counters
+from jobs.join.paced_operator import REVISION, paced_join, split_counters
 from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings
@@ -91,6 +91,7 @@ class JoinSink:
         self.owned_from = owned_from  # a replay writes only left events that arrived from here on
         self.path, self.keys = tables.output("stream"), output_keys(spec)
         self.paced = spec.streaming.engine == Engine.paced
+        self.amends = spec.corrections.horizon is not None  # late corrections (paced engine only)
         # the paced operator emits one row per 1-to-1 left event: no table key needed for it
         one_to_one = spec.join.cardinality == Cardinality.one_to_one and not self.paced
         self.merge = owned_from is not None or one_to_one
@@ -101,19 +102,28 @@ class JoinSink:
             batch = batch.persist()
             rows, counts = split_counters(batch)
             note_batch(query_name(self.spec.pipeline, JOIN_QUERY), batch_id, {"paced": counts})
+            if not self.amends:
+                rows = rows.drop(REVISION)
         else:
             rows = select_batch_rows(batch, self.spec)
         rows = rows.withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
+        if self.amends:  # a correction is stamped with when it was made
+            rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
         if self.owned_from is not None:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         rows = rows.persist()
         try:
-            if rows.isEmpty():  # no empty Delta commit per no-data batch
+            first = rows.where(F.col(REVISION) == 0) if self.amends else rows
+            if first.isEmpty():  # no empty Delta commit per no-data batch
                 pass
             elif self.merge:
-                delta_io.insert_new(rows, self.path, self.keys)
-            elif not self.append(rows, batch_id):
+                delta_io.insert_new(first, self.path, self.keys)
+            elif not self.append(first, batch_id):
                 log.info("micro-batch %d was committed before a restart: skipped", batch_id)
+            fixes = rows.where(F.col(REVISION) > 0) if self.amends else None
+            if fixes is not None and not fixes.isEmpty():
+                left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
+                delta_io.amend(fixes, self.path, left_id, right_id, REVISION)
         finally:
             rows.unpersist()
             if self.paced:

@@ -214,6 +214,22 @@ def insert_new(
         spark.sql(merge_sql(path, view, cond, update=False, evolve_schema=True))
 
 
+def amend(df: DataFrame, path: str, left_id: str, right_id: str, revision: str, prune: Sequence[str] = ("ds",)) -> None:
+    """Late corrections into a join output: a row of revision 1 replaces its left event's non-match
+    (the row whose ``right_id`` is null), a later one is a new row; the same pair written again
+    (a micro-batch re-run after a crash) replaces itself, so a re-run changes nothing."""
+    spark = df.sparkSession
+    cond = (
+        f"t.`{left_id}` = s.`{left_id}` AND (t.`{right_id}` <=> s.`{right_id}` "
+        f"OR (t.`{right_id}` IS NULL AND s.`{revision}` = 1))"
+    )
+    for col in prune:
+        values = [r[0] for r in df.select(col).distinct().collect()]
+        cond += f" AND t.`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
+    with _temp_view(df) as view:
+        spark.sql(merge_sql(path, view, cond, update=True, evolve_schema=False))
+
+
 def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:
     """Replace the rows of the (unpartitioned) table whose ``keys`` match a row of ``df``, insert
     the others; creates the table on first use."""

@@ -3,8 +3,9 @@
 * on data with no late rows its output equals ``batch_1d_windowed`` over the same records landed
   from the same topics (pairs and non-matches), with the streams' PTs synchronized by its source;
 * its per-key caps and lateness/validity counts are exact on hand-made records;
+* a late right event amends a non-match within ``corrections.horizon`` (revision 1, 2, ...);
 * a crash after the Delta write, then a restart from the checkpoint (its source's estimators
-  restored), leaves the output equal to an uninterrupted run's, late rows included.
+  restored), leaves the output equal to an uninterrupted run's, late rows and corrections included.
 """
 
 from __future__ import annotations
@@ -131,18 +132,29 @@ def test_on_data_with_no_late_rows_the_paced_engine_equals_the_batch_windowed_jo
 def test_per_key_caps_lateness_and_validity_are_counted_exactly(
     spark, kafka, demo_spec, own_pipeline_spec, test_settings
 ):
-    spec = paced_spec(own_pipeline_spec, demo_spec, "paced_counts", max_records_per_batch=4, per_key_cap=2)
+    from jobs.spec import Corrections
+
+    spec = paced_spec(own_pipeline_spec, demo_spec, "paced_counts", max_records_per_batch=40, per_key_cap=2)
+    spec = spec.model_copy(update={"corrections": Corrections.model_validate({"horizon": "5h"})})
     at = lambda h, m=0, s=0: T0 + timedelta(hours=h, minutes=m, seconds=s)  # noqa: E731
     records = []
-    for i in range(56):  # on-time searches and clicks of sessions of their own, every 15 minutes: the PTs
-        t = at(0, 15 * i)
+    # on-time searches and clicks of sessions of their own, every 2 minutes until 16:00: the PTs (a
+    # micro-batch of 40 holds at most one late record below, so its 5th percentile stays on time)
+    for i in range(480):
+        t = at(0, 2 * i)
         records += [record("left", f"FL{i}", f"fl{i}", t, t), record("right", f"FR{i}", f"fr{i}", t, t)]
     records += [record("right", f"CR{i}", "capR", at(9, 0, i), at(9, 0, i)) for i in range(4)]  # 2 evicted
     records += [record("left", f"CL{i}", "capL", at(9, 1, i), at(9, 1, i)) for i in range(3)]  # 1 closed at once
     records.append(record("left", "LATE_L", "lateL", at(6), at(12)))  # its window closed hours ago
-    records.append(record("right", "LATE_R", "lateR", at(2), at(12)))  # no left event can still match it
+    records.append(record("right", "LATE_R", "lateR", at(2), at(12, 30)))  # no left event can still match it
     records += [record("right", "DUP", "dupR", at(9, 30), at(9, 30, s)) for s in (1, 40)]  # re-sent: 1 dropped
     records.append(record("left", "FUTURE", "future", at(15), at(10)))  # 5 h ahead of its arrival: quarantined
+    # closes as a non-match in the first micro-batch whose right PT passes 08:30 (~09:15 here: a
+    # click read in that batch would still be a first answer), amended until it passes 13:30
+    records.append(record("left", "AMEND", "amend", at(8), at(8)))
+    records.append(record("right", "AR1", "amend", at(8, 10), at(11, 30)))  # amends it: revision 1
+    records.append(record("right", "AR2", "amend", at(8, 20), at(12)))  # revision 2 (1-to-n)
+    records.append(record("right", "AR3", "amend", at(8, 25), at(15, 30)))  # past the 5 h horizon: dropped
     publish(kafka, spec, records, partitions=1)
 
     run_stream(spark, spec, kafka, test_settings)
@@ -156,19 +168,28 @@ def test_per_key_caps_lateness_and_validity_are_counted_exactly(
         "right_cap_evicted": 2,
         "left_cap_closed": 1,
         "left_late_closed": 1,
-        "right_late_dropped": 1,
+        "right_late_dropped": 2,
         "right_duplicates": 1,
+        "left_amended": 2,
     }
     assert sum(pacing(p)["left_outside_validity"] for p in log) == 1
     assert sum(pacing(p)["right_outside_validity"] for p in log) == 0
     rows = {tuple(r) for r in output(spark, spec, test_settings).collect()}
     assert ("LATE_L", None) in rows  # left outer: a non-match, at once
     assert not any(left == "FUTURE" for left, _ in rows)
+    from jobs.storage.tables import Tables
+
+    table = spark.read.format("delta").load(Tables.of(spec, test_settings).output("stream"))
+    amended = table.where("left_event_id = 'AMEND'").select("right_event_id", "revision", "amended_at").collect()
+    assert sorted((r.right_event_id, r.revision) for r in amended) == [("AR1", 1), ("AR2", 2)]  # no non-match left
+    assert all(r.amended_at is not None for r in amended)
+    assert table.where("revision = 0 AND amended_at IS NOT NULL").count() == 0
 
 
 def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root
 ):
+    from jobs.spec import Corrections
     from jobs.storage import delta_io
     from jobs.storage.checkpoints import checkpoint_query_id
     from jobs.storage.kafka import create_topic
@@ -180,6 +201,7 @@ def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
 
     name = "paced_restart"
     spec = paced_spec(own_pipeline_spec, demo_spec, name, max_records_per_batch=30)
+    spec = spec.model_copy(update={"corrections": Corrections.model_validate({"horizon": "6h"})})
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=11), demo_spec)
     topics = {demo_spec.left.topic: spec.left.topic, demo_spec.right.topic: spec.right.topic}
     for st in (spec.left, spec.right):
@@ -190,6 +212,8 @@ def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     run_stream(spark, spec, kafka, reference)
     expected = output(spark, spec, reference)
     assert expected.count() > 300
+    revisions = spark.read.format("delta").load(Tables.of(spec, reference).output("stream")).where("revision > 0")
+    assert revisions.count() > 0  # late corrections too, amended through the restart below
     tables = Tables.of(spec, reference)
     writer = checkpoint_query_id(tables.checkpoint(JOIN_QUERY))
     wrote = sorted(delta_io.committed_batches(spark, tables.output("stream"), writer))

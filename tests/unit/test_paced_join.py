@@ -97,3 +97,28 @@ def test_a_re_sent_record_is_dropped_and_counted_while_its_window_can_still_be_j
     assert pairs(step(s, r, [], [], 100, 105)) == [("L", "R")]
     step(s, r, [], [], None, 10_000)  # long after: the ids are forgotten, the key's state is empty
     assert s.empty() and next_timer(s, r) is None
+
+
+def test_a_non_match_is_amended_by_a_right_event_of_its_window_within_the_horizon():
+    s, r = KeyState(), rules(horizon=20)
+    assert pairs(step(s, r, [ev("L", 100)], [], 95, 105)) == [("L", None)]  # closed: a non-match
+    out = step(s, r, [], [ev("R1", 103, arrival=110), ev("R_out", 120)], 95, 110)  # R_out: not in its window
+    assert out.corrections == [(("L",), ("R1",), 1)] and out.counts == {"left_amended": 1}
+    out = step(s, r, [], [ev("R2", 91, arrival=115)], 95, 115)
+    assert out.corrections == [(("L",), ("R2",), 2)]  # 1-to-n: each late partner, revision by revision
+    step(s, r, [], [], 95, 125)  # the right PT passes 100 + 5 + 20: the horizon is over
+    assert s.amendable == [] and step(s, r, [], [ev("R3", 102, arrival=130)], 95, 126).corrections == []
+
+
+def test_one_to_one_amends_a_non_match_once_with_the_first_arrived_late_match():
+    s, r = KeyState(), rules(horizon=20, one_to_one=True)
+    step(s, r, [ev("L", 100)], [], 95, 105)
+    out = step(s, r, [], [ev("Rb", 104, arrival=112), ev("Ra", 99, arrival=111)], 95, 110)
+    assert out.corrections == [(("L",), ("Ra",), 1)] and s.amendable == []
+    assert next_timer(s, r) is not None  # the right events stay buffered for other left events
+
+
+def test_without_a_horizon_nothing_is_amended():
+    s, r = KeyState(), rules()
+    step(s, r, [ev("L", 100)], [], 95, 105)
+    assert step(s, r, [], [ev("R1", 103, arrival=110)], 95, 110).corrections == [] and s.amendable == []
