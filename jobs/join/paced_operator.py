@@ -1,21 +1,22 @@
 """The paced engine's join on Spark: both sides' typed events as one tagged stream, keyed by the
-join key, through :mod:`jobs.join.paced` in ``transformWithStateInPandas`` (RocksDB state).
+join key, through :mod:`jobs.join.paced` in ``transformWithState`` (RocksDB state).
 
 The aligned source (:mod:`jobs.storage.aligned_source`) stamps every row with its micro-batch's
-two PTs. The right PT is the query's event-time watermark (``_clock``, no delay): a key's timer
+two PTs. The right PT is the query's event-time watermark (no delay): a key's timer
 (the next window to close, the next right event to let go) fires when it passes. Each key keeps
-one state value, its buffers pickled, so a key costs one state read and one write per call.
+one state value, its buffers compressed (:mod:`jobs.join.paced_state`), so a key costs one state
+read and one write per call.
 
-Output: the join's columns (:func:`jobs.join.columns.output_columns`), plus ``_metric`` and
-``_count`` on the rows that carry the operator's counters (:data:`jobs.join.paced.METRICS`) instead
-of a join row; :func:`split_counters` takes them apart in the sink.
+Output: the join's columns (:func:`jobs.join.columns.output_columns`) and ``revision`` (late
+corrections), plus ``paced_metric`` and ``paced_count`` on the rows that carry the operator's
+counters (:data:`jobs.join.paced.METRICS`, a sample of the state's sizes) instead of a join row;
+:func:`split_counters` takes them apart in the sink.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
@@ -35,8 +36,7 @@ REVISION = "revision"
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
 #: The PT columns every row of the aligned source carries, kept through parsing.
 PACE_COLUMNS = ("left_pt", "right_pt")
-#: The control columns of the tagged stream, besides the join's columns. No leading "_": Spark
-#: hands a key's rows to pandas through named tuples, which rename such fields.
+#: The control columns of the tagged stream, besides the join's columns.
 _SIDE, _T, _ARRIVAL, _POS, _OFF, _ID, _LPT, _RPT, _CLOCK = (
     "paced_side",
     "paced_t",
@@ -135,8 +135,8 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
         .withWatermark(_CLOCK, "0 seconds")
         .drop(_CLOCK)
     )
-    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries)
-    return stream.groupBy(*keys).transformWithStateInPandas(
+    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries, stream.columns)
+    return stream.groupBy(*keys).transformWithState(
         statefulProcessor=processor,
         outputStructType=output_ddl(spec),
         outputMode="Append",
@@ -154,48 +154,57 @@ def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
 
 
 class PacedJoinProcessor(StatefulProcessor):
-    """One key's calls: new rows of a micro-batch, or its timer (the right PT passed something)."""
+    """One key's calls: new rows of a micro-batch, or its timer (the right PT passed something).
+
+    On Spark's Row interface (``transformWithState``), not the pandas one: a key holds a few events,
+    and a pandas frame per key cost more than the join (paced ÷ native events/s 0.20 with frames,
+    0.46 with rows; bench/paced.py, BENCHMARKS.md)."""
 
     #: State sizes are reported every this many keys stored (and on a task's first): a sample.
     SIZE_SAMPLE = 256
 
-    def __init__(self, rules: Rules, columns: list[str], dictionaries: Dictionaries | None = None):
+    def __init__(self, rules: Rules, columns: list[str], dictionaries: Dictionaries | None, input_columns: list[str]):
         self.rules = rules
         self.columns = columns
         self.dictionaries = dictionaries
-        self.left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
-        self.right_columns = [c for c in columns if c.startswith("right_")]
+        left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
+        right_columns = [c for c in columns if c.startswith("right_")]
+        self.width = (len(left_columns), len(right_columns))
+        at = {c: i for i, c in enumerate(input_columns)}
+        self.at_side, self.at_lpt, self.at_rpt = at[_SIDE], at[_LPT], at[_RPT]
+        self.at_meta = [at[c] for c in (_T, _ARRIVAL, _POS, _OFF, _ID)]
+        self.at_row = {"l": [at[c] for c in left_columns], "r": [at[c] for c in right_columns]}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        from pyspark.sql import Row
+
         self.handle = handle
         self.state = handle.getValueState("buffers", _STATE)
         self.codec = StateCodec.of(self.dictionaries)
         self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
         self.stored = 0
+        self.output = Row(*self.columns, REVISION, METRIC, COUNT)  # named: Spark asks a row for its dict
 
-    def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
-        frame = pd.concat(list(rows), ignore_index=True)
-        lefts = self._events(frame[frame[_SIDE] == "l"], self.left_columns)
-        rights = self._events(frame[frame[_SIDE] == "r"], self.right_columns)
-        lpt, rpt = int(frame[_LPT].max()), int(frame[_RPT].max())
-        yield from self._step(lefts, rights, None if lpt < 0 else lpt, None if rpt < 0 else rpt)
+    def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
+        events: dict[str, list[Event]] = {"l": [], "r": []}
+        lpt = rpt = -1
+        for r in rows:
+            side = r[self.at_side]
+            lpt, rpt = max(lpt, r[self.at_lpt]), max(rpt, r[self.at_rpt])
+            if side in events:  # not a drain's tick
+                t, a, p, o, i = (r[k] for k in self.at_meta)
+                events[side].append(Event(t, a, p, o, i, tuple(r[k] for k in self.at_row[side])))
+        yield from self._step(events["l"], events["r"], None if lpt < 0 else lpt, None if rpt < 0 else rpt)
 
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:  # noqa: N802, N803
         watermark = timerValues.getCurrentWatermarkInMs()
         yield from self._step([], [], None, watermark if watermark > 0 else None, fired=True)
 
     def close(self) -> None:
         pass
 
-    def _events(self, frame: pd.DataFrame, columns: list[str]) -> list[Event]:
-        if frame.empty:
-            return []
-        rows = frame[columns].itertuples(index=False, name=None)
-        meta = frame[[_T, _ARRIVAL, _POS, _OFF, _ID]].itertuples(index=False, name=None)
-        return [Event(int(t), int(a), int(p), int(o), str(i), row) for (t, a, p, o, i), row in zip(meta, rows)]
-
-    def _step(self, lefts, rights, lpt, rpt, fired: bool = False) -> Iterator[pd.DataFrame]:
-        stored = self.state.get() if self.state.exists() else None
+    def _step(self, lefts: list[Event], rights: list[Event], lpt, rpt, fired: bool = False) -> Iterator:
+        stored = self.state.get()  # None when the key holds nothing (one call to the state server, not two)
         state = self.codec.loads(stored[0]) if stored else KeyState()
         timer = None if stored is None or fired else stored[1]
         out = step(state, self.rules, lefts, rights, lpt, rpt)
@@ -218,17 +227,9 @@ class PacedJoinProcessor(StatefulProcessor):
             if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
                 out.counts.update(z)
                 self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
-        if out.pairs or out.corrections:
-            yield self._rows([(left, right, 0) for left, right in out.pairs] + out.corrections)
-        if out.counts:  # the join's columns empty (None, not NaN: arrow casts no float to a date)
-            n = len(out.counts)
-            frame = pd.DataFrame({c: pd.Series([None] * n, dtype=object) for c in [*self.columns, REVISION]})
-            frame[METRIC], frame[COUNT] = list(out.counts), list(out.counts.values())
-            yield frame
-
-    def _rows(self, pairs) -> pd.DataFrame:
-        nulls = (None,) * len(self.right_columns)
-        data = [(*left, *(right if right is not None else nulls), revision) for left, right, revision in pairs]
-        frame = pd.DataFrame.from_records(data, columns=[*self.left_columns, *self.right_columns, REVISION])
-        frame[METRIC], frame[COUNT] = pd.Series([None] * len(frame), dtype=object), None
-        return frame[[*self.columns, REVISION, METRIC, COUNT]]
+        nulls = (None,) * self.width[1]
+        for left, right, revision in [(lft, rgt, 0) for lft, rgt in out.pairs] + out.corrections:
+            yield self.output(*left, *(right if right is not None else nulls), revision, None, None)
+        blanks = (None,) * (sum(self.width) + 1)
+        for name, n in out.counts.items():
+            yield self.output(*blanks, name, n)

@@ -380,7 +380,7 @@ def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
 #: What the driver JVM prints that says nothing to act on: Spark 4 adds
 #: ``--add-modules=jdk.incubator.vector`` to every JVM it launches (SPARK-48021), and the JVM
 #: announces incubator modules on stderr; the Python process that plans a
-#: ``transformWithStateInPandas`` query (the paced engine) prints its every step, each line followed
+#: ``transformWithState`` query (the paced engine) prints its every step, each line followed
 #: by an empty one. Every other line of the JVM's stderr passes through.
 _HARMLESS_JVM_LINES = (
     b"WARNING: Using incubator modules",

@@ -1,0 +1,239 @@
+"""The paced engine against the native one, side by side on the same topics (issue 14 item 5).
+
+One generated day published once into the bench's own broker; then, in one warm JVM:
+
+* **throughput**: both engines over the day's backlog in equal micro-batches (the native
+  engine's ``maxOffsetsPerTrigger`` and the paced engine's ``max_records_per_batch``, per stream),
+  one warm-up round each, then alternating timed rounds: events/s, paced ÷ native (goal >= 0.5);
+* **P6, the right stream 2 h behind** (a consumer outage of the right side, or a backfill): both
+  engines start with the right topic read from 2 h before the left one, and read to the end of
+  the day in micro-batches of ``--lag-batch-records`` per stream (small enough for the PTs to
+  follow the day: a PT needs a few micro-batches of history); the peak of the rows each holds in
+  its join state (the native join's buffered rows; the paced operator's buffered left and right
+  events, read back from its state store every micro-batch) and the match rate of the left events
+  each decided (goal: peak native ÷ paced >= 5 at an equal rate);
+* **P4**: the paced state's bytes per buffered row, pickled against as stored, over the same
+  state reads (goal >= 4x).
+
+Backlog runs (no replay-as-live): a figure here is what a stream catching up would do, not a live
+stream (README, "Which rate is which").
+
+    python -m bench.paced [--left-events 50000] [--batch-records 20000] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from bench.scratch import default_spec, scratch_settings
+from jobs.settings import PROJECT_ROOT
+
+DAY = date(2026, 11, 19)
+LAG = timedelta(hours=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.paced", description=__doc__.split("\n\n")[0])
+    p.add_argument("--left-events", type=int, default=50_000, help="left events in the one generated day")
+    p.add_argument("--batch-records", type=int, default=20_000, help="records per stream and micro-batch")
+    p.add_argument("--repeat", type=int, default=2, help="timed throughput rounds after a warm-up (median)")
+    p.add_argument("--lag-batch-records", type=int, default=1000, help="records per stream and micro-batch in P6")
+    p.add_argument("--throughput-only", action="store_true", help="leave out P6 and P4")
+    p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-paced"), help="scratch folder (wiped)")
+    p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results" / "paced.json"), help="result file")
+    args = p.parse_args(argv)
+
+    from pyspark.sql import functions as F
+
+    from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.spec import Engine
+    from jobs.steps.stream import start_streaming_join
+    from jobs.storage.kafka import create_topic, offsets_for_time
+    from jobs.storage.progress import JOIN_QUERY, read_progress, settle_log
+    from jobs.storage.spark import get_spark
+    from jobs.storage.tables import Tables
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
+
+    root = Path(args.root)
+    s = scratch_settings(root)
+    native = default_spec(args.batch_records)
+    paced = native.model_copy(
+        update={
+            "streaming": native.streaming.model_copy(
+                update={
+                    "engine": Engine.paced,
+                    "paced": native.streaming.paced.model_copy(update={"max_records_per_batch": args.batch_records}),
+                }
+            )
+        }
+    )
+    engines = {"native": native, "paced": paced}
+
+    def sized(spec, n: int):
+        """The spec with micro-batches of ``n`` records per stream, whichever engine reads."""
+        streaming = spec.streaming.model_copy(
+            update={
+                "max_offsets_per_trigger": n,
+                "paced": spec.streaming.paced.model_copy(update={"max_records_per_batch": n}),
+            }
+        )
+        return spec.model_copy(update={"streaming": streaming})
+
+    broker = EmbeddedKafka(s)
+    bootstrap = broker.start()
+    result: dict = {"command": "python -m bench.paced " + " ".join(argv or sys.argv[1:])}
+    try:
+        wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=1, start_date=DAY), native)
+        for stream in (native.left, native.right):
+            create_topic(bootstrap, stream.topic)
+        publish(wl.records, bootstrap)
+        records = len(wl.records)
+        left_events = int((wl.records.topic == native.left.topic).sum())
+        print(f"published {records:,} records ({left_events:,} on the left)", file=sys.stderr)
+        spark = get_spark("joinshift-bench-paced", s)
+
+        def run(engine: str, tag: str, starting=None, batch_records: int | None = None):
+            spec = sized(engines[engine], batch_records or args.batch_records)
+            rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{engine}_{tag}"))
+            t0 = time.monotonic()
+            (q,) = start_streaming_join(
+                spark,
+                spec,
+                bootstrap=bootstrap,
+                s=rs,
+                available_now=True,
+                quarantine=False,
+                starting_offsets=starting,
+            )
+            q.awaitTermination()
+            wall = time.monotonic() - t0
+            settle_log(Tables.of(spec, rs).progress_log(JOIN_QUERY), q)
+            return wall, q, rs
+
+        # -- throughput -------------------------------------------------------------------
+        rounds: dict[str, list[float]] = {"native": [], "paced": []}
+        for r in range(args.repeat + 1):
+            for engine in ("native", "paced"):
+                wall, q, _ = run(engine, f"throughput{r}")
+                print(f"round {r}{' (warm-up)' if r == 0 else ''}: {engine} {wall:.1f} s", file=sys.stderr)
+                if r:
+                    rounds[engine].append(wall)
+        rate = {e: records / statistics.median(w) for e, w in rounds.items()}
+        result["throughput"] = {
+            "records": records,
+            "events_per_s": {e: round(v) for e, v in rate.items()},
+            "paced_vs_native": round(rate["paced"] / rate["native"], 3),
+            "goal": ">= 0.5",
+        }
+
+        if args.throughput_only:
+            return _write(result, args.out)
+        # -- P6 and P4: the right stream 2 h behind -----------------------------------------
+        start = datetime.combine(DAY, datetime.min.time(), UTC) + timedelta(hours=8)
+        starting = {
+            native.left.topic: offsets_for_time(bootstrap, native.left.topic, start),
+            native.right.topic: offsets_for_time(bootstrap, native.right.topic, start - LAG),
+        }
+        from_ms = int(start.timestamp() * 1000)
+        lag: dict[str, dict] = {}
+        state_reads: list[dict] = []
+        for engine in ("native", "paced"):
+            spec = sized(engines[engine], args.lag_batch_records)
+            wall, q, rs = run(engine, "lag", starting, args.lag_batch_records)
+            progress = read_progress(Tables.of(spec, rs).progress_log(JOIN_QUERY))
+            out = spark.read.format("delta").load(Tables.of(spec, rs).output("stream"))
+            lefts = out.where(F.unix_millis(F.col("left_arrival_time")) >= from_ms)
+            decided = lefts.select("left_event_id").distinct().count()
+            matched = lefts.where(F.col("right_event_id").isNotNull()).select("left_event_id").distinct().count()
+            if engine == "native":
+                peak = max(
+                    (
+                        op.get("numRowsTotal", 0)
+                        for p in progress
+                        for op in p.get("stateOperators", [])
+                        if op.get("operatorName") == "symmetricHashJoin"
+                    ),
+                    default=0,
+                )
+            else:  # its state as of every micro-batch, read back from the state store
+                state_reads = [_paced_state(spark, spec, rs, p["batchId"]) for p in progress]
+                peak = max((r["rows"] for r in state_reads), default=0)
+            lag[engine] = {
+                "wall_s": round(wall, 1),
+                "micro_batches": len(progress),
+                "peak_state_rows": int(peak),
+                "left_events_decided": decided,
+                "match_rate_of_decided": round(matched / decided, 4) if decided else None,
+            }
+            print(f"lag run {engine}: {lag[engine]}", file=sys.stderr)
+        result["p6_right_2h_behind"] = {
+            **lag,
+            "peak_native_vs_paced": round(
+                lag["native"]["peak_state_rows"] / max(1, lag["paced"]["peak_state_rows"]), 2
+            ),
+            "goal": ">= 5 at an equal match rate",
+        }
+        raw = sum(r["raw_bytes"] for r in state_reads)
+        stored = sum(r["stored_bytes"] for r in state_reads)
+        rows = sum(r["rows"] for r in state_reads)
+        result["p4_state_bytes_per_row"] = {
+            "state_reads": len(state_reads),
+            "raw_per_row": round(raw / rows, 1) if rows else None,
+            "stored_per_row": round(stored / rows, 1) if rows else None,
+            "raw_vs_stored": round(raw / stored, 2) if stored else None,
+            "goal": ">= 4",
+        }
+        spark.stop()
+    finally:
+        broker.stop()
+    return _write(result, args.out)
+
+
+def _write(result: dict, out: str) -> int:
+    text = json.dumps(result, indent=2)
+    print(text)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text + "\n")
+    return 0
+
+
+def _paced_state(spark, spec, s, batch_id: int) -> dict:
+    """The paced operator's state as of ``batch_id``, read back from its state store: keys,
+    buffered events (left and right, and non-matches still amendable), bytes pickled and stored."""
+    import pickle
+
+    from jobs.join.paced_state import FolderDictionaries, StateCodec
+    from jobs.steps.stream import paced_source_dir
+    from jobs.storage.progress import JOIN_QUERY
+    from jobs.storage.tables import Tables
+
+    state = (
+        spark.read.format("statestore")
+        .option("path", Tables.of(spec, s).checkpoint(JOIN_QUERY))
+        .option("stateVarName", "buffers")
+        .option("batchId", batch_id)
+        .load()
+    )
+    codec = StateCodec.of(FolderDictionaries(str(Path(paced_source_dir(spec, s)) / "dictionaries")))
+    out = {"batch": batch_id, "keys": 0, "rows": 0, "raw_bytes": 0, "stored_bytes": 0}
+    for row in state.select("value.buffers").toLocalIterator():
+        blob = bytes(row[0])
+        key_state = codec.loads(blob)
+        out["keys"] += 1
+        out["rows"] += len(key_state.lefts) + len(key_state.rights) + len(key_state.amendable)
+        out["raw_bytes"] += len(pickle.dumps(key_state, protocol=pickle.HIGHEST_PROTOCOL))
+        out["stored_bytes"] += len(blob)
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
