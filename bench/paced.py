@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             native.right.topic: offsets_for_time(bootstrap, native.right.topic, start - LAG),
         }
         from_ms = int(start.timestamp() * 1000)
+        spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100000")  # every batch's state, to read back
         lag: dict[str, dict] = {}
         state_reads: list[dict] = []
         for engine in ("native", "paced"):

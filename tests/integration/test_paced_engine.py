@@ -15,13 +15,13 @@ import json
 import random
 from datetime import UTC, date, datetime, timedelta
 
-import pandas as pd
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.join.paced import METRICS
 from jobs.spec import Engine
+from tests.integration.test_stream_semantics import left, publish, right
 
 pytestmark = pytest.mark.integration
 
@@ -34,30 +34,6 @@ def paced_spec(own_pipeline_spec, demo_spec, name: str, **paced):
         update={"engine": Engine.paced, "paced": demo_spec.streaming.paced.model_copy(update=paced)}
     )
     return own_pipeline_spec(name, streaming=streaming)
-
-
-def record(side: str, eid: str, key: str, t: datetime, arrival: datetime) -> dict:
-    extra = {"query": "q", "result_count": 3} if side == "left" else {"action": "click", "position": 1}
-    value = {"event_id": eid, "session_id": key, "event_time": t.isoformat(), **extra}
-    return {"side": side, "key": key, "value": value, "arrival": arrival}
-
-
-def publish(kafka, spec, records: list[dict], partitions: int) -> None:
-    """To the spec's topics, keyed by session, Kafka timestamp = arrival, in arrival order."""
-    from jobs.storage.kafka import create_topic
-    from jobs.workload.publisher import publish as send
-
-    for st in (spec.left, spec.right):
-        create_topic(kafka, st.topic, partitions=partitions)
-    frame = pd.DataFrame(
-        {
-            "topic": [spec.side(r["side"]).topic for r in records],
-            "key": [r["key"] for r in records],
-            "value": [json.dumps(r["value"]) for r in records],
-            "arrival_ms": [int(r["arrival"].timestamp() * 1000) for r in records],
-        }
-    ).sort_values("arrival_ms", kind="stable")
-    send(frame, kafka)
 
 
 def run_stream(spark, spec, kafka, s, on_batch=None) -> None:
@@ -105,13 +81,13 @@ def test_on_data_with_no_late_rows_the_paced_engine_equals_the_batch_windowed_jo
     records = []
     for i in range(240):  # a search every 2.5 minutes, 04:00-14:00, 0-3 clicks in [-3h, +30m] around it
         t = T0 + timedelta(hours=4, seconds=150 * i)
-        records.append(record("left", f"L{i}", f"s{i}", t, t + timedelta(seconds=rng.randint(0, 20))))
+        records.append(left(f"L{i}", f"s{i}", t, t + timedelta(seconds=rng.randint(0, 20))))
         for j in range(rng.randint(0, 3)):
             rt = t + timedelta(seconds=rng.randint(-3 * 3600, 1800))
-            records.append(record("right", f"R{i}_{j}", f"s{i}", rt, rt + timedelta(seconds=rng.randint(0, 20))))
+            records.append(right(f"R{i}_{j}", f"s{i}", rt, rt + timedelta(seconds=rng.randint(0, 20))))
     for j in range(72):  # clicks of other sessions until 20:00: the right PT passes every window
         rt = T0 + timedelta(hours=14, minutes=5 * j)
-        records.append(record("right", f"P{j}", f"p{j}", rt, rt + timedelta(seconds=5)))
+        records.append(right(f"P{j}", f"p{j}", rt, rt + timedelta(seconds=5)))
     publish(kafka, spec, records, partitions=2)
 
     run_stream(spark, spec, kafka, test_settings)
@@ -142,19 +118,19 @@ def test_per_key_caps_lateness_and_validity_are_counted_exactly(
     # micro-batch of 40 holds at most one late record below, so its 5th percentile stays on time)
     for i in range(480):
         t = at(0, 2 * i)
-        records += [record("left", f"FL{i}", f"fl{i}", t, t), record("right", f"FR{i}", f"fr{i}", t, t)]
-    records += [record("right", f"CR{i}", "capR", at(9, 0, i), at(9, 0, i)) for i in range(4)]  # 2 evicted
-    records += [record("left", f"CL{i}", "capL", at(9, 1, i), at(9, 1, i)) for i in range(3)]  # 1 closed at once
-    records.append(record("left", "LATE_L", "lateL", at(6), at(12)))  # its window closed hours ago
-    records.append(record("right", "LATE_R", "lateR", at(2), at(12, 30)))  # no left event can still match it
-    records += [record("right", "DUP", "dupR", at(9, 30), at(9, 30, s)) for s in (1, 40)]  # re-sent: 1 dropped
-    records.append(record("left", "FUTURE", "future", at(15), at(10)))  # 5 h ahead of its arrival: quarantined
+        records += [left(f"FL{i}", f"fl{i}", t, t), right(f"FR{i}", f"fr{i}", t, t)]
+    records += [right(f"CR{i}", "capR", at(9, 0, i), at(9, 0, i)) for i in range(4)]  # 2 evicted
+    records += [left(f"CL{i}", "capL", at(9, 1, i), at(9, 1, i)) for i in range(3)]  # 1 closed at once
+    records.append(left("LATE_L", "lateL", at(6), at(12)))  # its window closed hours ago
+    records.append(right("LATE_R", "lateR", at(2), at(12, 30)))  # no left event can still match it
+    records += [right("DUP", "dupR", at(9, 30), at(9, 30, s)) for s in (1, 40)]  # re-sent: 1 dropped
+    records.append(left("FUTURE", "future", at(15), at(10)))  # 5 h ahead of its arrival: quarantined
     # closes as a non-match in the first micro-batch whose right PT passes 08:30 (~09:15 here: a
     # click read in that batch would still be a first answer), amended until it passes 13:30
-    records.append(record("left", "AMEND", "amend", at(8), at(8)))
-    records.append(record("right", "AR1", "amend", at(8, 10), at(11, 30)))  # amends it: revision 1
-    records.append(record("right", "AR2", "amend", at(8, 20), at(12)))  # revision 2 (1-to-n)
-    records.append(record("right", "AR3", "amend", at(8, 25), at(15, 30)))  # past the 5 h horizon: dropped
+    records.append(left("AMEND", "amend", at(8), at(8)))
+    records.append(right("AR1", "amend", at(8, 10), at(11, 30)))  # amends it: revision 1
+    records.append(right("AR2", "amend", at(8, 20), at(12)))  # revision 2 (1-to-n)
+    records.append(right("AR3", "amend", at(8, 25), at(15, 30)))  # past the 5 h horizon: dropped
     publish(kafka, spec, records, partitions=1)
 
     run_stream(spark, spec, kafka, test_settings)

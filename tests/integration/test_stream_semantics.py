@@ -44,13 +44,14 @@ def right(eid: str, key: str, t: datetime, arrival: datetime, position: int = 1)
     return {"side": "right", "key": key, "value": value, "arrival": arrival}
 
 
-def publish(kafka, spec, records: list[dict]) -> None:
-    """The records to the spec's topics (one partition each), Kafka timestamp = arrival."""
+def publish(kafka, spec, records: list[dict], partitions: int = 1) -> None:
+    """The records to the spec's topics (one partition each unless asked), keyed by session, Kafka
+    timestamp = arrival, in arrival order."""
     from jobs.storage.kafka import create_topic
     from jobs.workload.publisher import publish as send
 
     for st in (spec.left, spec.right):
-        create_topic(kafka, st.topic, partitions=1)
+        create_topic(kafka, st.topic, partitions=partitions)
     frame = pd.DataFrame(
         {
             "topic": [spec.side(r["side"]).topic for r in records],
