@@ -211,32 +211,14 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         idle = [s for s in SIDES if not candidates[s]]
         if len(idle) == 2:
             return self._drained(d, start)
-        q = spec.streaming.paced.pt_percentile
-        upper = int(spec.window.upper.total_seconds() * 1000)
-        drift = int(spec.streaming.paced.max_drift.total_seconds() * 1000)
-        lpt, rpt = d.pt["left"], d.pt["right"]
-        # the synchronization point is right_PT = left_PT + upper. A right PT past it closes left
-        # windows before their on-time left events are read (they would count as late), so the right
-        # stream never passes it; a left PT past it only makes left events wait, so the left stream
-        # may run up to max_drift ahead. No bound while the other's PT is unknown or it is idle.
-        bound: dict[str, float | None] = {
-            "left": rpt - upper + drift if rpt is not None and "right" not in idle else None,
-            "right": lpt + upper if lpt is not None and "left" not in idle else None,
-        }
-        paused = []
-        if lpt is not None and rpt is not None and not idle:
-            if lpt + upper - rpt > drift:
-                paused = ["left"]
-            elif rpt > lpt + upper:
-                paused = ["right"]
-        admitted = {s: [] if s in paused else _admissible(candidates[s], bound[s], q) for s in SIDES}
-        if not admitted["left"] and not admitted["right"]:
-            # neither fits (the next records are further apart than the drift): step the left stream
-            # to its next records (its events wait a little longer), or the right when the left has none
-            side = "left" if candidates["left"] else "right"
-            first = next((p.event_time for _, p in candidates[side] if p.valid), None)
-            admitted[side] = _admissible(candidates[side], None if first is None else first + drift, q)
-            admitted[side] = admitted[side] or candidates[side][:1]
+        opts = spec.streaming.paced
+        admitted, paused = pace(
+            candidates,
+            d.pt,
+            upper=int(spec.window.upper.total_seconds() * 1000),
+            drift=int(opts.max_drift.total_seconds() * 1000),
+            q=opts.pt_percentile,
+        )
         stats: dict[str, Any] = {"paused": paused, "idle": idle}
         for side in SIDES:
             recs = admitted[side]
@@ -454,6 +436,43 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     position = off + 1
         finally:
             c.close()
+
+
+Candidates = dict[str, list[tuple[tuple[str, int], "_Peeked"]]]
+
+
+def pace(
+    candidates: Candidates, pt: dict[str, int | None], *, upper: int, drift: int, q: float
+) -> tuple[Candidates, list[str]]:
+    """Pure core of the source: what each stream admits of its records waiting in arrival order,
+    given the two PTs so far; and which stream is paused.
+
+    The synchronization point is ``right_PT = left_PT + upper``. A right PT past it closes left
+    windows before their on-time left events are read (they would count as late), so the right
+    stream never passes it; a left PT past it only makes left events wait, so the left stream may
+    run up to ``drift`` ahead. No bound while the other's PT is unknown or it has nothing to read
+    (idle). When neither fits (the next records lie further apart than the drift), the stream that
+    is not paused steps to its next records, the left one when neither is paused."""
+    idle = [s for s in SIDES if not candidates[s]]
+    lpt, rpt = pt["left"], pt["right"]
+    bound: dict[str, float | None] = {
+        "left": rpt - upper + drift if rpt is not None and "right" not in idle else None,
+        "right": lpt + upper if lpt is not None and "left" not in idle else None,
+    }
+    paused = []
+    if lpt is not None and rpt is not None and not idle:
+        if lpt + upper - rpt > drift:
+            paused = ["left"]
+        elif rpt > lpt + upper:
+            paused = ["right"]
+    admitted = {s: [] if s in paused else _admissible(candidates[s], bound[s], q) for s in SIDES}
+    if not admitted["left"] and not admitted["right"] and len(idle) < 2:
+        side = "right" if paused == ["left"] else "left"
+        side = side if candidates[side] else ("right" if side == "left" else "left")
+        first = next((p.event_time for _, p in candidates[side] if p.valid), None)
+        admitted[side] = _admissible(candidates[side], None if first is None else first + drift, q)
+        admitted[side] = admitted[side] or candidates[side][:1]
+    return admitted, paused
 
 
 def _estimator(spec: JoinSpec) -> PTEstimator:

@@ -1,0 +1,57 @@
+"""The paced engine's source, its pure core (jobs.storage.aligned_source.pace): what each stream
+admits of the records waiting, given the two PTs (paper §5.2: left_PT + upper = right_PT)."""
+
+from __future__ import annotations
+
+from jobs.storage.aligned_source import _Peeked, pace
+
+UPPER, DRIFT = 30, 10  # minutes, as plain numbers
+
+
+def waiting(topic: str, *event_times: int) -> list:
+    """Records in arrival order, one partition; an event time of None does not read."""
+    return [((topic, 0), _Peeked(i, i, t, t is not None)) for i, t in enumerate(event_times)]
+
+
+def admitted(left, right, lpt, rpt) -> tuple[tuple[int, int], list[str]]:
+    """How many records each stream admits, and what is paused. The PT statistic here is the 100th
+    percentile, so a bound holds for every record admitted (the product's is a low one)."""
+    got, paused = pace({"left": left, "right": right}, {"left": lpt, "right": rpt}, upper=UPPER, drift=DRIFT, q=100)
+    return (len(got["left"]), len(got["right"])), paused
+
+
+def test_before_either_pt_is_known_both_streams_are_admitted_whole():
+    assert admitted(waiting("l", 1, 2, 3), waiting("r", 5, 6), None, None) == ((3, 2), [])
+
+
+def test_the_right_stream_never_passes_the_synchronization_point():
+    # left PT 100: the right may go up to 130; its 3rd record (131) would pass it (and the left, with
+    # the right PT at 120, up to 120 - 30 + 10 = 100)
+    assert admitted(waiting("l", 100, 101), waiting("r", 120, 130, 131, 140), 100, 120) == ((1, 2), [])
+
+
+def test_the_left_stream_may_run_the_drift_past_it_and_is_paused_beyond():
+    # right PT 140: the left may go up to 140 - 30 + 10 = 120
+    assert admitted(waiting("l", 110, 120, 121), waiting("r", 141), 110, 140) == ((2, 0), [])
+    # left PT 125 with right PT 140: 125 + 30 - 140 = 15 > 10, paused; the right catches up
+    assert admitted(waiting("l", 126), waiting("r", 141, 150, 155), 125, 140) == ((0, 3), ["left"])
+
+
+def test_a_right_stream_ahead_of_the_synchronization_point_is_paused():
+    assert admitted(waiting("l", 101, 102), waiting("r", 141), 100, 135) == ((2, 0), ["right"])
+
+
+def test_an_idle_stream_bounds_nothing():
+    assert admitted([], waiting("r", 500, 900), 100, 120) == ((0, 2), [])
+    assert admitted(waiting("l", 500, 900), [], 100, 120) == ((2, 0), [])
+
+
+def test_when_neither_fits_the_stream_that_is_not_paused_steps_to_its_next_records():
+    # left paused (ahead); the right's next records lie beyond the sync point: the right steps on
+    assert admitted(waiting("l", 200), waiting("r", 200, 205, 300), 150, 120) == ((0, 2), ["left"])
+    # neither paused, neither fits: the left steps (its events only wait)
+    assert admitted(waiting("l", 200, 205, 300), waiting("r", 200), 100, 130) == ((2, 0), [])
+
+
+def test_records_whose_event_time_does_not_read_do_not_move_the_bound():
+    assert admitted(waiting("l", None, None, 100, 101), waiting("r", 125), 100, 120) == ((3, 1), [])
