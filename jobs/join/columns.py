@@ -21,6 +21,9 @@ EMITTED_AT = "emitted_at"
 #: The paced engine with late corrections only: when a row amended its left event's first answer
 #: (null on a first answer); the row's ``revision`` says which correction it is (0: none).
 AMENDED_AT = "amended_at"
+#: The paced engine's output: which answer a row is for its left event (0 the first; 1, 2, ... late
+#: corrections). Kept in the output table only with ``corrections``.
+REVISION = "revision"
 
 
 def col_name(side: str, column: str) -> str:
@@ -52,8 +55,10 @@ def output_latency_s(spec: JoinSpec) -> Column:
 
 
 def stream_output_columns(spec: JoinSpec) -> list[str]:
-    """The stream's output table: the join's columns and :data:`EMITTED_AT`."""
-    return [*output_columns(spec), EMITTED_AT]
+    """The stream's output table: the join's columns and :data:`EMITTED_AT` (with late corrections,
+    :data:`REVISION` and :data:`AMENDED_AT` too)."""
+    amends = [REVISION, AMENDED_AT] if spec.corrections.horizon is not None else []
+    return [*output_columns(spec), EMITTED_AT, *amends]
 
 
 def prefixed(events: DataFrame, spec: JoinSpec, side: str) -> DataFrame:

@@ -22,15 +22,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name, output_columns, side_columns
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, REVISION, col_name, output_columns, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
 from jobs.join.paced_state import Dictionaries, StateCodec
 from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
 METRIC, COUNT = "paced_metric", "paced_count"
-#: 0 on a first answer; n on the n-th correction of a non-match (``corrections.horizon``).
-REVISION = "revision"
 #: A sample of the state the operator wrote (:class:`PacedJoinProcessor`): keys, their buffered
 #: rows, and their bytes pickled (raw) and as stored (compressed).
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")

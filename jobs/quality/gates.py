@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ from jobs.quality.suites import (
     RAW_KINDS,
     _gx,
     load_suites,
+    suites_out_of_sync,
 )
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
@@ -279,6 +280,7 @@ def run_gates(
     if unknown:
         raise ValueError(f"unknown gate kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
     tables = Tables.of(spec, s)
+    from_files = suites is None
     suites = suites if suites is not None else load_suites(spec, suites_dir or EXPECTATIONS_DIR, kinds)
     context = _context()
     results = []
@@ -311,9 +313,24 @@ def run_gates(
             results.append(validate_frame(df, suites[kind], label, context, f"{n} rows"))
         finally:
             df.unpersist()
+    if from_files:
+        results = _with_drift_hint(results, spec, suites_dir or EXPECTATIONS_DIR)
     for r in results:
         (log.info if r.success is not False else log.warning)("%s", r.summary)
     return results
+
+
+def _with_drift_hint(results: list[GateResult], spec: JoinSpec, root: str | Path) -> list[GateResult]:
+    """A failed gate whose suite file no longer matches the spec (a changed schema, corrections
+    turned on) says so: the fix is regenerating the suite, not the data."""
+    if not any(r.success is False for r in results):
+        return results
+    drift = set(suites_out_of_sync(spec, root))
+    hint = "; its suite differs from the spec: `joinshift quality write-suites --spec <spec>` regenerates it"
+    return [
+        replace(r, summary=r.summary + hint) if r.success is False and r.suite.split("[")[0] in drift else r
+        for r in results
+    ]
 
 
 def gates_path(spec: JoinSpec, s: Settings | None = None) -> str:

@@ -33,9 +33,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.join.columns import AMENDED_AT, ARRIVAL_TIME, EMITTED_AT, col_name
+from jobs.join.columns import AMENDED_AT, ARRIVAL_TIME, EMITTED_AT, REVISION, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
-from jobs.join.paced_operator import REVISION, paced_join, split_counters
+from jobs.join.paced_operator import paced_join, split_counters
 from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings

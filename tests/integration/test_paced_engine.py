@@ -165,6 +165,7 @@ def test_per_key_caps_lateness_and_validity_are_counted_exactly(
 def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root
 ):
+    from jobs.join.columns import stream_output_columns
     from jobs.spec import Corrections
     from jobs.storage import delta_io
     from jobs.storage.checkpoints import checkpoint_query_id
@@ -188,8 +189,9 @@ def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     run_stream(spark, spec, kafka, reference)
     expected = output(spark, spec, reference)
     assert expected.count() > 300
-    revisions = spark.read.format("delta").load(Tables.of(spec, reference).output("stream")).where("revision > 0")
-    assert revisions.count() > 0  # late corrections too, amended through the restart below
+    table = spark.read.format("delta").load(Tables.of(spec, reference).output("stream"))
+    assert table.where("revision > 0").count() > 0  # late corrections too, amended through the restart below
+    assert sorted(table.columns) == sorted(stream_output_columns(spec))  # what the output gate expects
     tables = Tables.of(spec, reference)
     writer = checkpoint_query_id(tables.checkpoint(JOIN_QUERY))
     wrote = sorted(delta_io.committed_batches(spark, tables.output("stream"), writer))

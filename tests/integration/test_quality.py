@@ -52,7 +52,7 @@ from jobs.quality.suites import (
     suites_out_of_sync,
     write_suites,
 )
-from jobs.spec import SCHEMA_TYPES, Cardinality, JoinOptions, JoinType
+from jobs.spec import SCHEMA_TYPES, Cardinality, Corrections, Engine, JoinOptions, JoinType
 from jobs.storage import delta_io
 from jobs.storage.tables import Tables
 
@@ -321,6 +321,24 @@ def test_one_to_one_and_inner_rules(spark, demo_spec, good, tmp_path):
     own = join_events(good_left(spark, demo_spec), good_right(spark, demo_spec), strict, windowed=True)
     ok = validate_frame(prepare_frame(own, strict, "join_output"), suite, "join_output")  # as the gate shell does
     assert ok.success is True and ok.evaluated == 5, ok.summary
+
+
+def test_a_gate_failing_on_a_suite_the_spec_has_outgrown_says_to_regenerate_it(spark, demo_spec, good, tmp_path):
+    """Suites written for a spec with late corrections (their output has revision and amended_at)
+    checking the output of a spec without them: the column set fails, and the message names the fix."""
+    paced = demo_spec.model_copy(
+        update={
+            "streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced}),
+            "corrections": Corrections.model_validate({"horizon": "12h"}),
+        }
+    )
+    write_suites(paced, tmp_path / "gx")
+    [r] = run_gates(spark, demo_spec, DS, good, kinds=["join_output"], suites_dir=tmp_path / "gx")
+    assert r.success is False and failures(r) == {("expect_table_columns_to_match_set", "")}, r.summary
+    assert "missing ['amended_at', 'revision']" in r.summary
+    assert r.summary.endswith("`joinshift quality write-suites --spec <spec>` regenerates it")
+    [ok] = run_gates(spark, paced, DS, good, kinds=["join_output"], suites_dir=tmp_path / "gx")
+    assert "write-suites" not in ok.summary  # in sync: no hint, whatever the verdict
 
 
 def test_missing_tables_are_skipped_not_crashed(spark, demo_spec, test_settings, tmp_path):
