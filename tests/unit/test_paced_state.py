@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import zstandard
 
 from jobs.join.paced import Event, KeyState
 from jobs.join.paced_state import TRAIN_AFTER, FolderDictionaries, StateCodec
@@ -38,11 +39,16 @@ def test_buffers_round_trip_and_a_trained_dictionary_compresses_them_4x(tmp_path
     blobs = [codec.dumps(s) for s in states]
     assert all(codec.loads(b) == s for (b, _), s in zip(blobs, states))
     before, after = blobs[: TRAIN_AFTER - 1], blobs[TRAIN_AFTER:]
-    assert {b[:1] for b, _ in before} == {b"z"} and {b[:1] for b, _ in after} == {b"D"}
+    assert {b[:1] for b, _ in before} == {b"z"} and {b[:1] for b, _ in after} == {b"M"}
     assert len(list(tmp_path.glob("*.zdict"))) == 1
     raw, stored = sum(r for _, r in after), sum(len(b) for b, _ in after)
     assert raw == sum(len(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)) for s in states[TRAIN_AFTER:])
     assert raw / stored >= 4  # plain zstandard gets ~1.5x on such small blobs
+
+    # a blob of the earlier form (the frame with zstandard's magic number) still reads
+    (name, _), raw_blob = codec.current, pickle.dumps(states[-1], protocol=pickle.HIGHEST_PROTOCOL)
+    earlier = b"D" + zstandard.ZstdCompressor(level=3, dict_data=StateCodec._loaded[name]).compress(raw_blob)
+    assert codec.loads(earlier) == states[-1]
 
     StateCodec._codecs.clear()
     StateCodec._loaded.clear()  # another worker process: it finds the dictionary in the folder
