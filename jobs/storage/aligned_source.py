@@ -7,7 +7,8 @@ admitted (its own consumer, event times read in Python: :mod:`jobs.join.event_ti
 how far each topic's partitions go:
 
 * each stream's **PT** (§5.3) comes from :class:`jobs.join.pt_estimator.PTEstimator` fed with the
-  event times of what it admitted, one micro-batch at a time; a record whose event time is outside
+  event times of what it admitted, one pacing step at a time (a micro-batch runs as many steps as
+  the PTs allow, :func:`pace_steps`); a record whose event time is outside
   ``timestamp_validity`` of its record timestamp (§6.7) is admitted (parsing quarantines it) but
   kept out of PT, counted;
 * the stream that runs ahead (``left_PT + upper`` more than ``paced.max_drift`` past ``right_PT``,
@@ -68,6 +69,8 @@ _KEEP_SNAPSHOTS = 3
 #: The PTs of a drained source (the end of a bounded trial): every window closes.
 DRAIN_PT = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 _DRAIN_FILE = "drain"
+#: Pacing steps per micro-batch at most (:func:`pace_steps`); ``max_records_per_batch`` bounds it too.
+MAX_STEPS = 256
 
 
 def request_drain(state_dir: str) -> None:
@@ -212,24 +215,20 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if len(idle) == 2:
             return self._drained(d, start)
         opts = spec.streaming.paced
-        admitted, paused = pace(
+        admitted, paused, steps = pace_steps(
             candidates,
             d.pt,
+            d.estimators,
             upper=int(spec.window.upper.total_seconds() * 1000),
             drift=int(opts.max_drift.total_seconds() * 1000),
             q=opts.pt_percentile,
         )
-        stats: dict[str, Any] = {"paused": paused, "idle": idle}
+        stats: dict[str, Any] = {"paused": paused, "idle": idle, "steps": steps}
         for side in SIDES:
             recs = admitted[side]
             for tp, p in recs:
                 d.frontier[tp] = p.offset + 1
                 d.peeked[tp].popleft()
-            times = [p.event_time for _, p in recs if p.valid]
-            if times:
-                state = d.estimators[side].update(times)
-                if state.pt is not None:
-                    d.pt[side] = int(state.pt)
             stats[f"{side}_admitted"] = len(recs)
             stats[f"{side}_outside_validity"] = sum(1 for _, p in recs if not p.valid)
         d.seq += 1
@@ -473,6 +472,48 @@ def pace(
         admitted[side] = _admissible(candidates[side], None if first is None else first + drift, q)
         admitted[side] = admitted[side] or candidates[side][:1]
     return admitted, paused
+
+
+def pace_steps(
+    candidates: Candidates,
+    pt: dict[str, int | None],
+    estimators: dict[str, PTEstimator],
+    *,
+    upper: int,
+    drift: int,
+    q: float,
+    max_steps: int = MAX_STEPS,
+) -> tuple[Candidates, list[str], int]:
+    """One micro-batch's admission as a run of :func:`pace` steps: each step admits what the PTs
+    so far allow, feeds each stream's estimator with what it admitted (a step is the estimator's
+    micro-batch) and so moves the PTs for the next step. Without it a micro-batch moved each PT
+    by at most ``drift`` (the streams leapfrog: one admits up to the other's bound, then waits for
+    the next micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the
+    drift fell behind. Stops when nothing more is admitted, or when a stream has used up what was
+    read ahead of it (it may hold more, which the next micro-batch reads: treating it as idle here
+    would let the other run past it). ``pt`` is updated in place; returns what each stream
+    admitted, what the last step paused, and the steps taken."""
+    taken: Candidates = {s: [] for s in SIDES}
+    remaining = {s: list(candidates[s]) for s in SIDES}
+    paused: list[str] = []
+    steps = 0
+    while steps < max_steps:
+        admitted, paused = pace(remaining, pt, upper=upper, drift=drift, q=q)
+        if not admitted["left"] and not admitted["right"]:
+            break
+        steps += 1
+        for side in SIDES:
+            recs = admitted[side]
+            taken[side].extend(recs)
+            remaining[side] = remaining[side][len(recs) :]
+            times = [p.event_time for _, p in recs if p.valid]
+            if times:
+                state = estimators[side].update(times)
+                if state.pt is not None:
+                    pt[side] = int(state.pt)
+        if any(candidates[s] and not remaining[s] for s in SIDES):
+            break
+    return taken, paused, steps
 
 
 def _estimator(spec: JoinSpec) -> PTEstimator:

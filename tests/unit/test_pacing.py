@@ -3,7 +3,7 @@ admits of the records waiting, given the two PTs (paper §5.2: left_PT + upper =
 
 from __future__ import annotations
 
-from jobs.storage.aligned_source import _Peeked, pace
+from jobs.storage.aligned_source import _Peeked, pace, pace_steps
 
 UPPER, DRIFT = 30, 10  # minutes, as plain numbers
 
@@ -55,3 +55,31 @@ def test_when_neither_fits_the_stream_that_is_not_paused_steps_to_its_next_recor
 
 def test_records_whose_event_time_does_not_read_do_not_move_the_bound():
     assert admitted(waiting("l", None, None, 100, 101), waiting("r", 125), 100, 120) == ((3, 1), [])
+
+
+def estimators() -> dict:
+    """PT = the largest event time of the latest step (once two steps ascend)."""
+    from jobs.join.pt_estimator import PTEstimator
+
+    return {side: PTEstimator(sequence_length=2, statistic=100) for side in ("left", "right")}
+
+
+def test_a_micro_batch_paces_in_steps_so_both_streams_get_past_the_drift():
+    # an hour of both streams, one record a minute: one pace() step moves a PT by at most the drift
+    left, right = waiting("l", *range(0, 60)), waiting("r", *range(0, 90))
+    one, _ = pace({"left": left, "right": right}, {"left": 0, "right": 30}, upper=UPPER, drift=DRIFT, q=100)
+    assert (len(one["left"]), len(one["right"])) == (DRIFT + 1, UPPER + 1)  # up to 10 and up to 30
+    pt = {"left": 0, "right": 30}
+    got, _, steps = pace_steps({"left": left, "right": right}, pt, estimators(), upper=UPPER, drift=DRIFT, q=100)
+    assert steps > 2 and len(got["left"]) == 60  # the whole hour of the left in one micro-batch
+    assert pt["left"] == 59 and pt["right"] <= pt["left"] + UPPER  # the right never passed the sync point
+    assert [p.offset for _, p in got["right"]] == list(range(len(got["right"])))  # a prefix, in order
+
+
+def test_steps_stop_where_a_stream_used_up_what_was_read_ahead_of_it():
+    # the left has more in Kafka than was read ahead (3 records here): once they are admitted, the
+    # right must wait for the next micro-batch's read-ahead instead of treating the left as idle
+    left, right = waiting("l", 0, 1, 2), waiting("r", *range(0, 200))
+    pt = {"left": 0, "right": 30}
+    got, _, _ = pace_steps({"left": left, "right": right}, pt, estimators(), upper=UPPER, drift=DRIFT, q=100)
+    assert len(got["left"]) == 3 and pt["right"] <= 2 + UPPER
