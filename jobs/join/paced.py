@@ -132,11 +132,14 @@ def step(
 ) -> Output:
     """Take one micro-batch's events of a key (possibly none: a timer), emit what is decided."""
     out = Output()
-    forget_before = rules.left_pt_bound(right_pt)
-    if forget_before is not None:  # ids kept as long as a re-sent record could still be joined
-        state.seen = {k: until for k, until in state.seen.items() if until >= forget_before}
     lefts = _unseen(state, new_lefts, "l", rules, out)
     rights = _unseen(state, new_rights, "r", rules, out)
+    # ids kept as long as a re-sent record could still be joined; forgotten only after this
+    # micro-batch's records were checked, since its PTs may have jumped past them (a backlog, a
+    # long replay slice) while the re-sent copy arrives in it
+    forget_before = rules.left_pt_bound(right_pt)
+    if forget_before is not None:
+        state.seen = {k: until for k, until in state.seen.items() if until >= forget_before}
 
     used = _amend(state, rules, rights, right_pt, out)
     state.rights = sorted([*state.rights, *rights], key=lambda e: e.arrival_order)

@@ -99,6 +99,19 @@ def test_a_re_sent_record_is_dropped_and_counted_while_its_window_can_still_be_j
     assert s.empty() and next_timer(s, r) is None
 
 
+def test_a_re_sent_record_read_in_a_micro_batch_whose_pts_jump_past_it_is_still_a_duplicate():
+    # the copy arrives 8 later, in a micro-batch whose right PT (a backlog, a long replay slice)
+    # passes both its window's end and the point where its id would be forgotten
+    s, r = KeyState(), rules()
+    step(s, r, [ev("L", 100)], [ev("R", 101)], 100, 104)
+    out = step(s, r, [ev("L", 100, arrival=108)], [], 100, 10_000)
+    assert pairs(out) == [("L", "R")] and out.counts == {"left_duplicates": 1}  # once, not twice
+    s = KeyState()
+    assert pairs(step(s, r, [ev("L", 100)], [ev("R", 101)], 100, 105)) == [("L", "R")]  # closed
+    out = step(s, r, [ev("L", 100, arrival=108)], [], 100, 10_000)
+    assert out.pairs == [] and out.counts == {"left_duplicates": 1}
+
+
 def test_a_non_match_is_amended_by_a_right_event_of_its_window_within_the_horizon():
     s, r = KeyState(), rules(horizon=20)
     assert pairs(step(s, r, [ev("L", 100)], [], 95, 105)) == [("L", None)]  # closed: a non-match
