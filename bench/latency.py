@@ -18,7 +18,17 @@ that applies (the right side's: a match or a non-match is final once the right w
 the left event time + upper). Measured over the left events whose outcome is final before the
 publishing stops.
 
+``--engine paced`` runs the paper's operator instead (issue 14 item 5): its **first answers**
+(revision 0 with ``--horizon``, the late corrections) against the bound upper + trigger + 1 min;
+a left event is answered once the right stream's PT passes its window's end, so its PT percentile
+(``--pt-percentile``) is the lever. Measured over the left events of the run from ``--warmup`` on
+(the PT estimators need a few micro-batches first) that are older than the bound when the
+publishing stops; those of them with no answer yet are counted (``open_at_stop``), not hidden:
+``p99_s_open_counted`` and the goal count each as a row later than the bound. A first answer
+later amended is replaced by its correction in the table: answered, but out of the latency sample.
+
     python -m bench.latency [--minutes 5] [--trigger 5s] [--left-events-per-day 1000000]
+    python -m bench.latency --engine paced --pt-percentile 95 --horizon 1h --warmup 60s
 """
 
 from __future__ import annotations
@@ -49,18 +59,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--left-watermark", default="0s", help="left (server-side) watermark delay")
     p.add_argument("--right-watermark", default="30s", help="right (client-side) watermark delay")
     p.add_argument("--left-events-per-day", type=int, default=1_000_000, help="the generated day's left events")
+    p.add_argument("--engine", choices=("native", "paced"), default="native", help="the stream's engine")
+    p.add_argument("--pt-percentile", type=float, help="paced: the PT statistic (default: the spec's)")
+    p.add_argument("--horizon", help="paced: late corrections' horizon, e.g. 1h (default: none)")
+    p.add_argument("--warmup", default="0s", help="left events of the run's first minutes left out")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-latency"), help="scratch folder (wiped)")
     args = p.parse_args(argv)
     trigger, upper = _seconds(args.trigger), _seconds(args.upper)
     wm_left, wm_right = _seconds(args.left_watermark), _seconds(args.right_watermark)
-    settle = upper + wm_right + 2 * trigger  # a left event's outcome is final this long after it
+    paced = args.engine == "paced"
+    if paced:  # the first-answer bound (issue 14); watermarks do not apply
+        bound = upper + trigger + 60
+        settle = bound
+    else:
+        bound = 2 * trigger + upper + wm_right
+        settle = upper + wm_right + 2 * trigger  # a left event's outcome is final this long after it
     if args.minutes * 60 <= settle + 30:
         p.error(f"--minutes must leave more than {settle + 30:.0f} s after the window and watermark settle")
 
     from pyspark.sql import functions as F
 
-    from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name, output_latency_s
+    from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, REVISION, col_name, output_latency_s
     from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.spec import Corrections, Engine
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io, kafka
     from jobs.storage.spark import get_spark
@@ -77,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             "right": base.right.model_copy(update={"watermark_delay": timedelta(seconds=wm_right)}),
         }
     )
+    if paced:
+        options = {} if args.pt_percentile is None else {"pt_percentile": args.pt_percentile}
+        streaming = spec.streaming.model_copy(
+            update={"engine": Engine.paced, "paced": spec.streaming.paced.model_copy(update=options)}
+        )
+        spec = spec.model_copy(
+            update={"streaming": streaming, "corrections": Corrections.model_validate({"horizon": args.horizon})}
+        )
     now = datetime.now(UTC)
     print(f"generating today's workload ({args.left_events_per_day:,} left events a day)", flush=True)
     wl = generate(WorkloadParams(left_events_per_day=args.left_events_per_day, days=1, start_date=now.date()), spec)
@@ -99,30 +128,48 @@ def main(argv: list[str] | None = None) -> int:
         sent = _publish_live(records, bootstrap)
         time.sleep(2 * trigger)  # the last records' micro-batch
         query.stop()
-        out = delta_io.read_table(spark, Tables.of(spec, s).output("stream"))
-        left_t = F.col(col_name("left", spec.left.event_time))
+        path = Tables.of(spec, s).output("stream")
         final_before = datetime.fromtimestamp((end_ms / 1000) - settle, UTC)
-        measured = out.where(left_t >= F.lit(datetime.fromtimestamp(start_ms / 1000, UTC))).where(
-            left_t < F.lit(final_before)
-        )
-        la, ra = F.col(col_name("left", ARRIVAL_TIME)), F.col(col_name("right", ARRIVAL_TIME))
-        since_arrival = (F.unix_micros(F.col(EMITTED_AT)) - F.unix_micros(F.greatest(la, F.coalesce(ra, la)))) / 1e6
-        rows = measured.select(
-            output_latency_s(spec).alias("latency"),
-            since_arrival.alias("since_arrival"),
-            F.col(col_name("right", spec.right.event_time)).isNull().alias("unmatched"),
-        ).collect()
+        measured_from = datetime.fromtimestamp(start_ms / 1000 + _seconds(args.warmup), UTC)
+        answered: set[str] = set()
+        rows: list = []
+        if delta_io.table_exists(spark, path):  # else nothing was answered within the run: all open
+            out = delta_io.read_table(spark, path)
+            left_t = F.col(col_name("left", spec.left.event_time))
+            measured = out.where(left_t >= F.lit(measured_from)).where(left_t < F.lit(final_before))
+            # answered: any row; an amended non-match's first answer was replaced by its correction
+            answered = {r[0] for r in measured.select(col_name("left", spec.left.id)).distinct().collect()}
+            if REVISION in out.columns:  # the first answers' latency: a correction is a later answer
+                measured = measured.where(F.col(REVISION) == 0)
+            la, ra = F.col(col_name("left", ARRIVAL_TIME)), F.col(col_name("right", ARRIVAL_TIME))
+            since_arrival = (F.unix_micros(F.col(EMITTED_AT)) - F.unix_micros(F.greatest(la, F.coalesce(ra, la)))) / 1e6
+            rows = measured.select(
+                output_latency_s(spec).alias("latency"),
+                since_arrival.alias("since_arrival"),
+                F.col(col_name("right", spec.right.event_time)).isNull().alias("unmatched"),
+            ).collect()
+        due = wl.left[
+            (wl.left.event_time >= measured_from)
+            & (wl.left.event_time < final_before)
+            & (wl.left.arrival_time.astype("int64") // 10**6 < end_ms)
+        ]
+        still_open = due[~due.event_id.isin(answered)]
+        open_at_stop = len(still_open)
+        oldest_open_s = round(end_ms / 1000 - still_open.event_time.min().timestamp(), 1) if open_at_stop else None
         spark.stop()
     finally:
         broker.stop()
 
-    bound = 2 * trigger + upper + wm_right
     result: dict[str, object] = {
         "command": "python -m bench.latency " + " ".join(argv or sys.argv[1:]),
         "replay mode": "live: records published at their arrival time on the wall clock, continuous trigger",
+        "engine": args.engine,
         "records_published": sent,
         "trigger_s": trigger,
         "bound_s": bound,
+        "left_events_measured": len(due),
+        "open_at_stop": open_at_stop,
+        "oldest_open_at_stop_s": oldest_open_s,  # its event time to the end of the publishing
     }
     stats: dict[str, dict[str, float]] = {}
     for name, sel in (("matched", False), ("unmatched", True), ("all", None)):
@@ -137,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"{label}max_s": round(lat[-1], 2),
                 }
     result.update(stats)
-    result["goal_met"] = "all" in stats and stats["all"]["p99_s"] <= bound
+    # a left event with no answer by the stop is later than the bound: it counts, as a row over it
+    counted = sorted([*(r.latency for r in rows), *[float("inf")] * open_at_stop])
+    p99 = counted[min(len(counted) - 1, int(0.99 * len(counted)))] if counted else None
+    result["p99_s_open_counted"] = p99 if p99 is None or p99 != float("inf") else "over the bound"
+    result["goal_met"] = p99 is not None and p99 <= bound
     out_file = Path(args.root) / "result.json"
     out_file.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
