@@ -8,7 +8,7 @@ how far each topic's partitions go:
 
 * each stream's **PT** (§5.3) comes from :class:`jobs.join.pt_estimator.PTEstimator` fed with the
   event times of what it admitted, one pacing step at a time (a micro-batch runs as many steps as
-  the PTs allow, :func:`pace_steps`); a record whose event time is outside
+  the PTs allow, :func:`jobs.join.pacing.pace_steps`); a record whose event time is outside
   ``timestamp_validity`` of its record timestamp (§6.7) is admitted (parsing quarantines it) but
   kept out of PT, counted;
 * the stream that runs ahead (``left_PT + upper`` more than ``paced.max_drift`` past ``right_PT``,
@@ -44,11 +44,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from jobs.join.event_times import event_time_reader
+from jobs.join.pacing import SIDES, ReadAhead, pace_steps
 from jobs.join.pt_estimator import PTEstimator
 from jobs.spec import JoinSpec, recorded_spec
 
@@ -61,7 +61,6 @@ SCHEMA = (
 )
 #: The end offset's own entry (``@`` is not allowed in a Kafka topic's name).
 PACED = "@paced"
-SIDES = ("left", "right")
 #: The side of a row that carries no record, only PTs (a drain).
 TICK = "tick"
 #: Snapshots of the estimators kept beside the checkpoint (a restart needs the last one only).
@@ -69,8 +68,6 @@ _KEEP_SNAPSHOTS = 3
 #: The PTs of a drained source (the end of a bounded trial): every window closes.
 DRAIN_PT = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 _DRAIN_FILE = "drain"
-#: Pacing steps per micro-batch at most (:func:`pace_steps`); ``max_records_per_batch`` bounds it too.
-MAX_STEPS = 256
 
 
 def request_drain(state_dir: str) -> None:
@@ -135,16 +132,6 @@ class KafkaRange(InputPartition):
 
 
 @dataclass
-class _Peeked:
-    """A record read ahead by the driver: its position, record timestamp and event time."""
-
-    offset: int
-    timestamp: int
-    event_time: int | None
-    valid: bool
-
-
-@dataclass
 class _Driver:
     """The driver side's state between micro-batches (never pickled to executors)."""
 
@@ -152,7 +139,7 @@ class _Driver:
     frontier: dict[tuple[str, int], int]
     estimators: dict[str, PTEstimator]
     pt: dict[str, int | None]
-    peeked: dict[tuple[str, int], deque[_Peeked]] = field(default_factory=dict)
+    peeked: dict[tuple[str, int], deque[ReadAhead]] = field(default_factory=dict)
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     consumer: Any = None
 
@@ -324,9 +311,9 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         break
                     et = read_time[side](value)
                     valid = et is not None and ts - past <= et <= ts + future
-                    d.peeked[tp].append(_Peeked(off, ts, et, valid))
+                    d.peeked[tp].append(ReadAhead(off, ts, et, valid))
 
-    def _in_arrival_order(self, d: _Driver, side: str, cap: int) -> list[tuple[tuple[str, int], _Peeked]]:
+    def _in_arrival_order(self, d: _Driver, side: str, cap: int) -> list[tuple[tuple[str, int], ReadAhead]]:
         """Up to ``cap`` of a stream's read-ahead records in arrival (record timestamp) order,
         each partition's in offset order, so what is admitted is a prefix of every partition; and
         none later than what a partition with more to read has been read up to (its next record
@@ -337,7 +324,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         horizon = min((d.peeked[tp][-1].timestamp if d.peeked[tp] else -1 for tp in unread), default=None)
         lanes = [[(tp, p) for p in d.peeked[tp]] for tp in tps]
         merged = heapq.merge(*lanes, key=lambda r: (r[1].timestamp, r[0][1], r[1].offset))
-        out: list[tuple[tuple[str, int], _Peeked]] = []
+        out: list[tuple[tuple[str, int], ReadAhead]] = []
         for r in merged:
             if len(out) >= cap or (horizon is not None and r[1].timestamp > horizon):
                 break
@@ -437,112 +424,9 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             c.close()
 
 
-Candidates = dict[str, list[tuple[tuple[str, int], "_Peeked"]]]
-
-
-def pace(
-    candidates: Candidates, pt: dict[str, int | None], *, upper: int, drift: int, q: float
-) -> tuple[Candidates, list[str]]:
-    """Pure core of the source: what each stream admits of its records waiting in arrival order,
-    given the two PTs so far; and which stream is paused.
-
-    The synchronization point is ``right_PT = left_PT + upper``. A right PT past it closes left
-    windows before their on-time left events are read (they would count as late), so the right
-    stream never passes it; a left PT past it only makes left events wait, so the left stream may
-    run up to ``drift`` ahead. No bound while the other's PT is unknown or it has nothing to read
-    (idle). When neither fits (the next records lie further apart than the drift), the stream that
-    is not paused steps to its next records, the left one when neither is paused."""
-    idle = [s for s in SIDES if not candidates[s]]
-    lpt, rpt = pt["left"], pt["right"]
-    bound: dict[str, float | None] = {
-        "left": rpt - upper + drift if rpt is not None and "right" not in idle else None,
-        "right": lpt + upper if lpt is not None and "left" not in idle else None,
-    }
-    paused = []
-    if lpt is not None and rpt is not None and not idle:
-        if lpt + upper - rpt > drift:
-            paused = ["left"]
-        elif rpt > lpt + upper:
-            paused = ["right"]
-    admitted = {s: [] if s in paused else _admissible(candidates[s], bound[s], q) for s in SIDES}
-    if not admitted["left"] and not admitted["right"] and len(idle) < 2:
-        side = "right" if paused == ["left"] else "left"
-        side = side if candidates[side] else ("right" if side == "left" else "left")
-        first = next((p.event_time for _, p in candidates[side] if p.valid), None)
-        admitted[side] = _admissible(candidates[side], None if first is None else first + drift, q)
-        admitted[side] = admitted[side] or candidates[side][:1]
-    return admitted, paused
-
-
-def pace_steps(
-    candidates: Candidates,
-    pt: dict[str, int | None],
-    estimators: dict[str, PTEstimator],
-    *,
-    upper: int,
-    drift: int,
-    q: float,
-    max_steps: int = MAX_STEPS,
-) -> tuple[Candidates, list[str], int]:
-    """One micro-batch's admission as a run of :func:`pace` steps: each step admits what the PTs
-    so far allow, feeds each stream's estimator with what it admitted (a step is the estimator's
-    micro-batch) and so moves the PTs for the next step. Without it a micro-batch moved each PT
-    by at most ``drift`` (the streams leapfrog: one admits up to the other's bound, then waits for
-    the next micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the
-    drift fell behind. Stops when nothing more is admitted, or when a stream has used up what was
-    read ahead of it (it may hold more, which the next micro-batch reads: treating it as idle here
-    would let the other run past it). ``pt`` is updated in place; returns what each stream
-    admitted, what the last step paused, and the steps taken."""
-    taken: Candidates = {s: [] for s in SIDES}
-    remaining = {s: list(candidates[s]) for s in SIDES}
-    paused: list[str] = []
-    steps = 0
-    while steps < max_steps:
-        admitted, paused = pace(remaining, pt, upper=upper, drift=drift, q=q)
-        if not admitted["left"] and not admitted["right"]:
-            break
-        steps += 1
-        for side in SIDES:
-            recs = admitted[side]
-            taken[side].extend(recs)
-            remaining[side] = remaining[side][len(recs) :]
-            times = [p.event_time for _, p in recs if p.valid]
-            if times:
-                state = estimators[side].update(times)
-                if state.pt is not None:
-                    pt[side] = int(state.pt)
-        if any(candidates[s] and not remaining[s] for s in SIDES):
-            break
-    return taken, paused, steps
-
-
 def _estimator(spec: JoinSpec) -> PTEstimator:
     p = spec.streaming.paced
     return PTEstimator(sequence_length=p.pt_windows, statistic=p.pt_percentile)
-
-
-def _admissible(
-    candidates: list[tuple[tuple[str, int], _Peeked]], bound: float | None, q: float
-) -> list[tuple[tuple[str, int], _Peeked]]:
-    """The longest prefix (in arrival order) whose valid event times' ``q`` percentile, what the
-    stream's PT would become, stays within ``bound``; all of them with no bound."""
-    if bound is None or not candidates:
-        return candidates
-    times = np.array([p.event_time if p.valid else np.nan for _, p in candidates], dtype=np.float64)
-
-    def within(n: int) -> bool:
-        head = times[:n]
-        head = head[~np.isnan(head)]
-        return head.size == 0 or float(np.percentile(head, q)) <= bound
-
-    lo, hi = 0, len(candidates)  # the largest n with within(n), by bisection (the statistic grows with n)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if within(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return candidates[:lo]
 
 
 def register(spark) -> None:

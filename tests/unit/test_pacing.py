@@ -1,16 +1,16 @@
-"""The paced engine's source, its pure core (jobs.storage.aligned_source.pace): what each stream
+"""The paced engine's source, its pure core (jobs.join.pacing.pace): what each stream
 admits of the records waiting, given the two PTs (paper §5.2: left_PT + upper = right_PT)."""
 
 from __future__ import annotations
 
-from jobs.storage.aligned_source import _Peeked, pace, pace_steps
+from jobs.join.pacing import ReadAhead, pace, pace_steps
 
 UPPER, DRIFT = 30, 10  # minutes, as plain numbers
 
 
 def waiting(topic: str, *event_times: int) -> list:
     """Records in arrival order, one partition; an event time of None does not read."""
-    return [((topic, 0), _Peeked(i, i, t, t is not None)) for i, t in enumerate(event_times)]
+    return [((topic, 0), ReadAhead(i, i, t, t is not None)) for i, t in enumerate(event_times)]
 
 
 def admitted(left, right, lpt, rpt) -> tuple[tuple[int, int], list[str]]:
