@@ -22,7 +22,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.join.columns import col_name
+from jobs.join.columns import REVISION, col_name
 from jobs.join.variants import FIRST_ANSWER, REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
@@ -175,8 +175,8 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         for variant in VARIANTS
         if variant not in waiting and delta_io.table_exists(spark, tables.output(variant))
     }
-    if "stream" in outputs and "revision" in outputs["stream"].columns:  # late corrections: the first answers too
-        outputs[FIRST_ANSWER] = outputs["stream"].where(F.col("revision") == 0)
+    if "stream" in outputs and REVISION in outputs["stream"].columns:  # late corrections: the first answers too
+        outputs[FIRST_ANSWER] = outputs["stream"].where(F.col(REVISION) == 0)
     if not outputs:
         raise delta_io.MissingInput(
             f"no join output for pipeline {spec.pipeline} on ds {ds} yet: run joinshift batch --ds {ds} "

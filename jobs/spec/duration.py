@@ -49,6 +49,14 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=duration_seconds(value))
 
 
+def require_positive(value: timedelta | None, example: str) -> timedelta | None:
+    """A spec validator's check: ``value`` (None: not set) must be above zero; ``example`` ends the
+    message (what to write instead)."""
+    if value is not None and value.total_seconds() <= 0:
+        raise ValueError(f"must be positive, e.g. {example}")
+    return value
+
+
 def format_duration(td: timedelta | float, signed: bool = False) -> str:
     """The inverse of :func:`parse_duration`: exact, compound where needed (``-4h30m``, ``1d2h``)."""
     total = td.total_seconds() if isinstance(td, timedelta) else float(td)

@@ -39,7 +39,7 @@ from pydantic import (
 
 from jobs.settings import PROJECT_ROOT
 from jobs.spec.avro import READ_FILES, SPEC_DIR
-from jobs.spec.duration import Duration, format_duration
+from jobs.spec.duration import Duration, format_duration, require_positive
 from jobs.spec.source import BatchTable, SourceFormat
 from jobs.spec.streaming import Engine, HealthSpec, StreamingOptions
 
@@ -280,9 +280,7 @@ class Budgets(_Strict):
     @field_validator("output_latency")
     @classmethod
     def _positive(cls, v: timedelta | None) -> timedelta | None:
-        if v is not None and v.total_seconds() <= 0:
-            raise ValueError("must be positive, e.g. 1h")
-        return v
+        return require_positive(v, "1h")
 
 
 class Corrections(_Strict):
@@ -294,9 +292,7 @@ class Corrections(_Strict):
     @field_validator("horizon")
     @classmethod
     def _positive(cls, v: timedelta | None) -> timedelta | None:
-        if v is not None and v.total_seconds() <= 0:
-            raise ValueError("must be positive, e.g. 12h (or leave it out: no corrections)")
-        return v
+        return require_positive(v, "12h (or leave it out: no corrections)")
 
 
 class CutoverSpec(_Strict):

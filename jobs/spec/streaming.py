@@ -8,7 +8,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobs.spec.duration import Duration
+from jobs.spec.duration import Duration, require_positive
 
 
 class _Strict(BaseModel):
@@ -38,10 +38,8 @@ class PacedOptions(_Strict):
 
     @field_validator("max_drift")
     @classmethod
-    def _positive(cls, v: timedelta) -> timedelta:
-        if v.total_seconds() <= 0:
-            raise ValueError("must be positive, e.g. 10m: with none, neither stream could move")
-        return v
+    def _positive(cls, v: timedelta) -> timedelta | None:
+        return require_positive(v, "10m: with none, neither stream could move")
 
 
 class StreamingOptions(_Strict):
@@ -86,7 +84,5 @@ class HealthSpec(_Strict):
 
     @field_validator("max_batch_age", "late_drop_window")
     @classmethod
-    def _positive(cls, v: timedelta) -> timedelta:
-        if v.total_seconds() <= 0:
-            raise ValueError("must be positive, e.g. 2m")
-        return v
+    def _positive(cls, v: timedelta) -> timedelta | None:
+        return require_positive(v, "2m")
