@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-records", type=int, default=20_000, help="records per stream and micro-batch")
     p.add_argument("--repeat", type=int, default=2, help="timed throughput rounds after a warm-up (median)")
     p.add_argument("--lag-batch-records", type=int, default=1000, help="records per stream and micro-batch in P6")
+    p.add_argument("--shards", type=int, help="the paced operator's shards (default: the spec's)")
     p.add_argument("--throughput-only", action="store_true", help="leave out P6 and P4")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-paced"), help="scratch folder (wiped)")
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results" / "paced.json"), help="result file")
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             "streaming": native.streaming.model_copy(
                 update={
                     "engine": Engine.paced,
-                    "paced": native.streaming.paced.model_copy(update={"max_records_per_batch": args.batch_records}),
+                    "paced": native.streaming.paced.model_copy(
+                        update={"max_records_per_batch": args.batch_records}
+                        | ({"shards": args.shards} if args.shards else {})
+                    ),
                 }
             )
         }
@@ -226,7 +230,7 @@ def _paced_state(spark, spec, s, batch_id: int) -> dict:
     )
     codec = StateCodec.of(FolderDictionaries(str(Path(paced_source_dir(spec, s)) / "dictionaries")))
     out = {"batch": batch_id, "keys": 0, "rows": 0, "raw_bytes": 0, "stored_bytes": 0}
-    for row in state.select("value.buffers").toLocalIterator():
+    for row in state.select("user_map_value.buffers").toLocalIterator():  # a key's buffers: one map value
         blob = bytes(row[0])
         key_state = codec.loads(blob)
         out["keys"] += 1

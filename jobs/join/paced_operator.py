@@ -1,11 +1,18 @@
-"""The paced engine's join on Spark: both sides' typed events as one tagged stream, keyed by the
-join key, through :mod:`jobs.join.paced` in ``transformWithState`` (RocksDB state).
+"""The paced engine's join on Spark: both sides' typed events as one tagged stream, grouped by shard
+(a hash of the join key, the paper's §6.2 "DB shard ID"), through :mod:`jobs.join.paced` per join
+key inside ``transformWithState`` (RocksDB state).
 
 The aligned source (:mod:`jobs.storage.aligned_source`) stamps every row with its micro-batch's
-two PTs. The right PT is the query's event-time watermark (no delay): a key's timer
-(the next window to close, the next right event to let go) fires when it passes. Each key keeps
-one state value, its buffers compressed (:mod:`jobs.join.paced_state`), so a key costs one state
-read and one write per call.
+two PTs. The right PT is the query's event-time watermark (no delay): a shard's timer (its keys'
+next window to close, next right event to let go) fires when it passes.
+
+Why shards, not keys, as Spark's grouping key: every grouping key's call costs the state server a
+round trip to set it, one for its state and one per timer change, ~70 us each, and a key holds
+one or two events (bench/paced.py: ~700 us a key with the join key as grouping key). A shard's
+call pays those once for all its keys of the micro-batch: each key's buffers stay one value of a
+map state (read and written only when the key has something to do: a write is the key's bytes,
+not the shard's), and the shard keeps one small index of its keys' next timers and registers one
+timer, the earliest.
 
 Output: the join's columns (:func:`jobs.join.columns.output_columns`) and ``revision`` (late
 corrections), plus ``paced_metric`` and ``paced_count`` on the rows that carry the operator's
@@ -15,6 +22,7 @@ counters (:data:`jobs.join.paced.METRICS`, a sample of the state's sizes) instea
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 
 from pyspark.sql import Column, DataFrame
@@ -46,7 +54,11 @@ _SIDE, _T, _ARRIVAL, _POS, _OFF, _ID, _LPT, _RPT, _CLOCK = (
     "paced_right_pt",
     "paced_clock",
 )
-_STATE = StructType([StructField("buffers", BinaryType()), StructField("timer", LongType())])
+#: A join key's buffers, one value of the shard's map state.
+_BUFFERS = StructType([StructField("buffers", BinaryType())])
+#: A shard's index: its keys' next timers (pickled ``{key: due}``) and the one timer it registered.
+_INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
+_SHARD = "paced_shard"
 
 
 def rules_of(spec: JoinSpec) -> Rules:
@@ -133,8 +145,10 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
         .withWatermark(_CLOCK, "0 seconds")
         .drop(_CLOCK)
     )
-    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries, stream.columns)
-    return stream.groupBy(*keys).transformWithState(
+    stream = stream.withColumn(_SHARD, F.pmod(F.hash(*keys), F.lit(spec.streaming.paced.shards)))
+    key_schema = StructType([stream.schema[k] for k in keys])
+    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries, stream.columns, key_schema)
+    return stream.groupBy(_SHARD).transformWithState(
         statefulProcessor=processor,
         outputStructType=output_ddl(spec),
         outputMode="Append",
@@ -152,7 +166,7 @@ def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
 
 
 class PacedJoinProcessor(StatefulProcessor):
-    """One key's calls: new rows of a micro-batch, or its timer (the right PT passed something).
+    """One shard's calls: new rows of a micro-batch, or its timer (the right PT passed something).
 
     On Spark's Row interface (``transformWithState``), not the pandas one: a key holds a few events,
     and a pandas frame per key cost more than the join (paced ÷ native events/s 0.20 with frames,
@@ -161,15 +175,24 @@ class PacedJoinProcessor(StatefulProcessor):
     #: State sizes are reported every this many keys stored (and on a task's first): a sample.
     SIZE_SAMPLE = 256
 
-    def __init__(self, rules: Rules, columns: list[str], dictionaries: Dictionaries | None, input_columns: list[str]):
+    def __init__(
+        self,
+        rules: Rules,
+        columns: list[str],
+        dictionaries: Dictionaries | None,
+        input_columns: list[str],
+        key_schema: StructType,
+    ):
         self.rules = rules
         self.columns = columns
         self.dictionaries = dictionaries
+        self.key_schema = key_schema
         left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
         right_columns = [c for c in columns if c.startswith("right_")]
         self.width = (len(left_columns), len(right_columns))
         at = {c: i for i, c in enumerate(input_columns)}
         self.at_side, self.at_lpt, self.at_rpt = at[_SIDE], at[_LPT], at[_RPT]
+        self.at_key = [at[f.name] for f in key_schema.fields]
         self.at_meta = [at[c] for c in (_T, _ARRIVAL, _POS, _OFF, _ID)]
         self.at_row = {"l": [at[c] for c in left_columns], "r": [at[c] for c in right_columns]}
 
@@ -177,45 +200,73 @@ class PacedJoinProcessor(StatefulProcessor):
         from pyspark.sql import Row
 
         self.handle = handle
-        self.state = handle.getValueState("buffers", _STATE)
+        self.buffers = handle.getMapState("buffers", self.key_schema, _BUFFERS)
+        self.index = handle.getValueState("index", _INDEX)
         self.codec = StateCodec.of(self.dictionaries)
         self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
         self.stored = 0
         self.output = Row(*self.columns, REVISION, METRIC, COUNT)  # named: Spark asks a row for its dict
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
-        events: dict[str, list[Event]] = {"l": [], "r": []}
+        events: dict[tuple, dict[str, list[Event]]] = {}
         lpt = rpt = -1
         for r in rows:
             side = r[self.at_side]
             lpt, rpt = max(lpt, r[self.at_lpt]), max(rpt, r[self.at_rpt])
-            if side in events:  # not a drain's tick
+            if side == "l" or side == "r":  # not a drain's tick
                 t, a, p, o, i = (r[k] for k in self.at_meta)
-                events[side].append(Event(t, a, p, o, i, tuple(r[k] for k in self.at_row[side])))
-        yield from self._step(events["l"], events["r"], None if lpt < 0 else lpt, None if rpt < 0 else rpt)
+                by_side = events.setdefault(tuple(r[k] for k in self.at_key), {"l": [], "r": []})
+                by_side[side].append(Event(t, a, p, o, i, tuple(r[k] for k in self.at_row[side])))
+        if not events:  # a drain's ticks: the watermark they move fires the timers
+            return
+        dues, timer = self._index()
+        lpt_, rpt_ = None if lpt < 0 else lpt, None if rpt < 0 else rpt
+        for k, by_side in events.items():
+            yield from self._step(k, by_side["l"], by_side["r"], lpt_, rpt_, dues)
+        self._save_index(dues, timer)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:  # noqa: N802, N803
         watermark = timerValues.getCurrentWatermarkInMs()
-        yield from self._step([], [], None, watermark if watermark > 0 else None, fired=True)
+        dues, _ = self._index()  # Spark deletes the timer that fired once this call is done
+        due_now = [k for k, due in dues.items() if due <= watermark]
+        for k in due_now:
+            yield from self._step(k, [], [], None, watermark if watermark > 0 else None, dues)
+        self._save_index(dues, None)
 
     def close(self) -> None:
         pass
 
-    def _step(self, lefts: list[Event], rights: list[Event], lpt, rpt, fired: bool = False) -> Iterator:
-        stored = self.state.get()  # None when the key holds nothing (one call to the state server, not two)
-        state = self.codec.loads(stored[0]) if stored else KeyState()
-        timer = None if stored is None or fired else stored[1]
-        out = step(state, self.rules, lefts, rights, lpt, rpt)
-        due = next_timer(state, self.rules)
+    def _index(self) -> tuple[dict[tuple, int], int | None]:
+        stored = self.index.get()
+        return (pickle.loads(stored[0]), stored[1]) if stored else ({}, None)
+
+    def _save_index(self, dues: dict[tuple, int], timer: int | None) -> None:
+        """Keep the shard's index; its one timer moved to its earliest key's (each a state call)."""
+        due = min(dues.values()) if dues else None
         if timer is not None and timer != due:
             self.handle.deleteTimer(timer)
         if due is not None and due != timer:
             self.handle.registerTimer(due)
+        if dues:
+            self.index.update((pickle.dumps(dues, protocol=pickle.HIGHEST_PROTOCOL), due))
+        else:
+            self.index.clear()
+
+    def _step(self, k: tuple, lefts: list[Event], rights: list[Event], lpt, rpt, dues: dict[tuple, int]) -> Iterator:
+        """One join key's step; ``dues`` gets its next timer (or loses it when the key is empty)."""
+        stored = self.buffers.getValue(k) if k in dues else None  # a key with no timer holds nothing
+        state = self.codec.loads(stored[0]) if stored else KeyState()
+        out = step(state, self.rules, lefts, rights, lpt, rpt)
+        due = next_timer(state, self.rules)
         if state.empty():
-            self.state.clear()
+            if stored:
+                self.buffers.removeKey(k)
+            dues.pop(k, None)
         else:
             blob, raw = self.codec.dumps(state)
-            self.state.update((blob, due))
+            self.buffers.updateValue(k, (blob,))
+            assert due is not None  # a key that holds anything has a time to let it go
+            dues[k] = due
             z = self.sizes
             z["state_keys"] += 1
             z["state_rows"] += len(state.lefts) + len(state.rights)

@@ -351,6 +351,12 @@ RULES: list[tuple[str, str, str]] = [
         "cannot take them. Fresh checkpoint and replay into a new output.",
     ),
     (
+        "streaming.paced.shards",
+        NEEDS_FRESH,
+        "{field}: the paced operator keeps each join key's buffers in the shard its hash falls in; with another "
+        "number of shards a key's buffers would sit in a shard that no longer holds it. Fresh checkpoint and replay.",
+    ),
+    (
         "streaming.paced.*",
         REUSE_WARN,
         "{field} is a rule of the paced engine's pacing or per-key caps (paper §5.2, §6.6): not part of its "

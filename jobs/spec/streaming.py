@@ -35,6 +35,9 @@ class PacedOptions(_Strict):
     pt_percentile: float = Field(default=5.0, ge=0, le=100, description="the PT statistic: a low percentile (§7.4)")
     pt_windows: int = Field(default=5, ge=2, description="ascending windows PT needs (§5.3)")
     max_records_per_batch: int = Field(default=50_000, gt=0, description="records per stream and micro-batch")
+    shards: int = Field(
+        default=256, gt=0, description="groups of join keys the state is kept in (§6.2); fixed once a checkpoint exists"
+    )
 
     @field_validator("max_drift")
     @classmethod

@@ -40,7 +40,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -395,12 +394,14 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     )
         return out
 
-    def read(self, partition) -> Iterator[tuple]:
+    def read(self, partition) -> Iterator[Any]:
+        """The range's records as Arrow record batches (PySpark takes them as they are: a tuple
+        per record went through a Python converter per column, and its timestamp through a datetime)."""
         from jobs.storage import kafka
 
         r: KafkaRange = partition
         if r.side == TICK:  # no record: the PTs alone
-            yield (TICK, None, None, "", -1, -1, datetime.now(UTC), r.left_pt, r.right_pt)
+            yield _batch(TICK, "", -1, [(-1, int(time.time() * 1000), None, None)], r)
             return
         c = kafka.KafkaConsumerFor(self.pacing.bootstrap, client_id="joinshift-aligned-source-task")
         try:
@@ -408,20 +409,45 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             position = r.start
             while position < r.end:
                 got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS)
-                records = got.get((r.topic, r.partition), [])
-                if not records:
+                polled = got.get((r.topic, r.partition), [])
+                if not polled:
                     raise RuntimeError(
                         f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
                         f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
                     )
-                for off, ts, value, key in records:
-                    if off >= r.end:
-                        break
-                    stamp = datetime.fromtimestamp(ts / 1000, UTC)
-                    yield (r.side, key, value, r.topic, r.partition, off, stamp, r.left_pt, r.right_pt)
-                    position = off + 1
+                records = [rec for rec in polled if rec[0] < r.end]
+                if records:
+                    yield _batch(r.side, r.topic, r.partition, records, r)
+                if len(records) < len(polled):  # past the range's end
+                    break
+                position = records[-1][0] + 1
         finally:
             c.close()
+
+
+def _batch(side: str, topic: str, partition: int, records: list, r: KafkaRange) -> Any:
+    """(offset, timestamp ms, value, key) records -> one record batch of :data:`SCHEMA`."""
+    import pyarrow as pa
+
+    n = len(records)
+    offsets, stamps, values, keys = zip(*records, strict=True) if n else ((), (), (), ())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([side] * n, pa.string()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array([ts * 1000 for ts in stamps], pa.timestamp("us", tz="UTC")),
+            pa.array([r.left_pt] * n, pa.int64()),
+            pa.array([r.right_pt] * n, pa.int64()),
+        ],
+        names=_COLUMNS,
+    )
+
+
+_COLUMNS = [c.split()[0] for c in SCHEMA.split(", ")]
 
 
 def _estimator(spec: JoinSpec) -> PTEstimator:

@@ -76,7 +76,8 @@ def test_on_data_with_no_late_rows_the_paced_engine_equals_the_batch_windowed_jo
     from jobs.steps.landing import land_ds
     from jobs.storage.tables import Tables
 
-    spec = paced_spec(own_pipeline_spec, demo_spec, "paced_equals_batch", max_records_per_batch=30)
+    # two shards: each holds many keys, so one shard's timer and index carry keys due at different times
+    spec = paced_spec(own_pipeline_spec, demo_spec, "paced_equals_batch", max_records_per_batch=30, shards=2)
     rng = random.Random(20)
     records = []
     for i in range(240):  # a search every 2.5 minutes, 04:00-14:00, 0-3 clicks in [-3h, +30m] around it
@@ -177,7 +178,7 @@ def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     from jobs.workload.publisher import publish as send
 
     name = "paced_restart"
-    spec = paced_spec(own_pipeline_spec, demo_spec, name, max_records_per_batch=30)
+    spec = paced_spec(own_pipeline_spec, demo_spec, name, max_records_per_batch=30, shards=3)
     spec = spec.model_copy(update={"corrections": Corrections.model_validate({"horizon": "6h"})})
     wl = generate(WorkloadParams(left_events_per_day=300, days=1, seed=11), demo_spec)
     topics = {demo_spec.left.topic: spec.left.topic, demo_spec.right.topic: spec.right.topic}

@@ -98,6 +98,12 @@ CASES = {
         REUSE_WARN,
         REUSE,
     ),
+    "streaming.paced.shards": (
+        _set("streaming", "paced", "shards", 64),
+        "streaming.paced.shards",
+        NEEDS_FRESH,
+        FRESH,
+    ),
     "timezone": (_set("timezone", "America/Los_Angeles"), "timezone", REUSE_WARN, REUSE),
     "timestamp_validity": (
         _set("timestamp_validity", "max_past", "3d"),
