@@ -25,7 +25,8 @@ source writes it, plus ``"@paced"`` (no Kafka topic can be named so): the PTs th
 what was paused, idle and kept out of PT. Spark logs it before the batch runs, so a batch re-run
 after a crash reads the same records with the same PTs; the estimators' state is kept beside the
 checkpoint per batch (a local storage root; on an object store a restarted source starts its
-estimators afresh from the logged PTs). Executors read each Kafka partition's range in parallel;
+estimators afresh from the logged PTs). Executors read the ranges in parallel, a task per
+partition index (:class:`KafkaTask`);
 every row carries its side and the batch's two PTs (epoch ms, -1 while unknown).
 """
 
@@ -118,8 +119,8 @@ class AlignedKafkaSource(DataSource):
 
 
 @dataclass(frozen=True)
-class KafkaRange(InputPartition):
-    """One Kafka partition's records of a micro-batch, read by one task."""
+class KafkaRange:
+    """One Kafka partition's records of a micro-batch."""
 
     side: str
     topic: str
@@ -128,6 +129,15 @@ class KafkaRange(InputPartition):
     end: int
     left_pt: int
     right_pt: int
+
+
+@dataclass(frozen=True)
+class KafkaTask(InputPartition):
+    """The ranges one task reads: the partitions of one index, of both topics (a task per
+    partition index, as many as the bigger topic's partitions: each task costs a Python worker's
+    round trip, ~0.1-0.2 s, and a small micro-batch paid it for every partition of both topics)."""
+
+    ranges: tuple[KafkaRange, ...]
 
 
 @dataclass
@@ -369,19 +379,20 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ executors
 
-    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+    def partitions(self, start: dict, end: dict) -> list[KafkaTask]:
         paced = end.get(PACED, {})
         side_of = {self._topic(s): s for s in SIDES}
         out = []
         if int(paced.get("drained", 0)) > int(start.get(PACED, {}).get("drained", 0)):
-            out.append(KafkaRange(TICK, "", -1, 0, 0, DRAIN_PT, DRAIN_PT))
+            out.append(KafkaTask((KafkaRange(TICK, "", -1, 0, 0, DRAIN_PT, DRAIN_PT),)))
+        by_index: dict[int, list[KafkaRange]] = {}
         for topic, parts in end.items():
             if topic == PACED:
                 continue
             for part, stop in parts.items():
                 first = int(start.get(topic, {}).get(part, stop))
                 if first < int(stop):
-                    out.append(
+                    by_index.setdefault(int(part), []).append(
                         KafkaRange(
                             side_of[topic],
                             topic,
@@ -392,37 +403,49 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             int(paced.get("right_pt", -1)),
                         )
                     )
-        return out
+        return out + [KafkaTask(tuple(ranges)) for _, ranges in sorted(by_index.items())]
 
     def read(self, partition) -> Iterator[Any]:
-        """The range's records as Arrow record batches (PySpark takes them as they are: a tuple
+        """The task's records as Arrow record batches (PySpark takes them as they are: a tuple
         per record went through a Python converter per column, and its timestamp through a datetime)."""
+        task: KafkaTask = partition
+        for r in task.ranges:
+            yield from self._read_range(r)
+
+    def _read_range(self, r: KafkaRange) -> Iterator[Any]:
         from jobs.storage import kafka
 
-        r: KafkaRange = partition
         if r.side == TICK:  # no record: the PTs alone
             yield _batch(TICK, "", -1, [(-1, int(time.time() * 1000), None, None)], r)
             return
-        c = kafka.KafkaConsumerFor(self.pacing.bootstrap, client_id="joinshift-aligned-source-task")
-        try:
-            c.assign_at({(r.topic, r.partition): r.start})
-            position = r.start
-            while position < r.end:
-                got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS)
-                polled = got.get((r.topic, r.partition), [])
-                if not polled:
-                    raise RuntimeError(
-                        f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
-                        f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
-                    )
-                records = [rec for rec in polled if rec[0] < r.end]
-                if records:
-                    yield _batch(r.side, r.topic, r.partition, records, r)
-                if len(records) < len(polled):  # past the range's end
-                    break
+        c = _task_consumers.pop(self.pacing.bootstrap, None) or kafka.KafkaConsumerFor(
+            self.pacing.bootstrap, client_id="joinshift-aligned-source-task"
+        )
+        c.assign_at({(r.topic, r.partition): r.start})
+        position = r.start
+        while position < r.end:
+            got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS).get((r.topic, r.partition), [])
+            if not got:
+                c.close()
+                raise RuntimeError(
+                    f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
+                    f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
+                )
+            polled = [rec for rec in got if rec[0] >= position]  # none of an earlier range's fetch
+            records = [rec for rec in polled if rec[0] < r.end]
+            if records:
+                yield _batch(r.side, r.topic, r.partition, records, r)
                 position = records[-1][0] + 1
-        finally:
-            c.close()
+            if len(records) < len(polled):  # past the range's end
+                break
+        _task_consumers[self.pacing.bootstrap] = c
+
+
+#: The tasks' consumer, kept by a Python worker from one task to the next (Spark reuses its
+#: workers): a new consumer takes ~110-210 ms to its first records (connecting, measured), and a
+#: micro-batch runs a task per Kafka partition. Taken out while a task reads; one whose read failed
+#: is not put back.
+_task_consumers: dict[str, Any] = {}
 
 
 def _batch(side: str, topic: str, partition: int, records: list, r: KafkaRange) -> Any:
