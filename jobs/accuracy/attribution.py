@@ -6,6 +6,12 @@ force for the micro-batch that reads it (``numRowsDroppedByWatermark``). The pro
 every partition. Joined with the landed tables (which carry each record's partition and offset),
 that tells for every record the micro-batch that read it and whether the watermark dropped it.
 
+The paced engine (``streaming.engine: paced``) judges by the right stream's PT its micro-batch ran
+with (the ``@paced`` entry of its end offset) instead: a left event is late when that PT had passed
+its window's end when it was read (closed at once with what was buffered: ``left_late_closed``),
+and a right event is late for a left event when it was read after that left event's window closed
+(``right_late_dropped``, or too late to be its match).
+
 On top of that, the *account* of a ds against a baseline: with N landed left events, S the left
 events the stream matched and B those the baseline matched, ``stream − baseline = (|S∖B| − |B∖S|) / N``
 exactly, split into terms that add up to it::
@@ -29,8 +35,9 @@ from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name
 from jobs.join.conditions import match_condition
 from jobs.join.records import arrival_ds
 from jobs.join.variants import VARIANTS, right_days
-from jobs.spec import JoinSpec
-from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
+from jobs.spec import Engine, JoinSpec
+from jobs.steps.replay_live import ARRIVALS_KEY
+from jobs.storage.progress import paced_entry  # a replay-as-live batch's record-time range
 
 
 def _ms(ts: str | None) -> int | None:
@@ -50,7 +57,7 @@ def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, 
         latest[p["batchId"]] = p
     rows = []
     for batch_id, p in sorted(latest.items()):
-        wm = _ms((p.get("eventTime") or {}).get("watermark")) or 0
+        wm = batch_clock(p)
         for src in p.get("sources", []):
             end = _parse_offsets(src.get("endOffset"))
             start = _parse_offsets(src.get("startOffset"))
@@ -69,16 +76,26 @@ def _parse_offsets(value) -> dict[str, dict[str, int]]:
         return {}
     if isinstance(value, str):
         value = json.loads(value)
-    return {t: {str(k): int(v) for k, v in parts.items()} for t, parts in value.items()}
+    # "@paced": not a topic, the paced engine's own entry
+    return {t: {str(k): int(v) for k, v in parts.items()} for t, parts in value.items() if not t.startswith("@")}
+
+
+def batch_clock(p: dict) -> int:
+    """What a micro-batch judged lateness by (epoch ms, 0 before there is one): Spark's watermark,
+    or for the paced engine the right stream's PT it ran with."""
+    paced = paced_entry(p)
+    if paced is not None:
+        return max(0, int(paced.get("right_pt", -1)))
+    return _ms((p.get("eventTime") or {}).get("watermark")) or 0
 
 
 def _with_slice_watermark(
-    spark: SparkSession, landed: DataFrame, progress: list[dict], event_time: str, policy: str
+    spark: SparkSession, landed: DataFrame, progress: list[dict], event_time: str, policy: str, late_after: int | None
 ) -> DataFrame:
     """:func:`with_processing_watermark` for a replay-as-live run: a record's micro-batch is the
     one whose slice of record time holds its arrival time."""
     latest = {p["batchId"]: p for p in progress}
-    wm_of = {b: _ms((p.get("eventTime") or {}).get("watermark")) or 0 for b, p in latest.items()}
+    wm_of = {b: batch_clock(p) for b, p in latest.items()}
     rows = [
         (
             b,
@@ -92,20 +109,26 @@ def _with_slice_watermark(
     rdf = spark.createDataFrame(rows, "_batch_id long, _start long, _end long, _watermark_ms long")
     arrival = F.unix_millis(F.col(ARRIVAL_TIME))
     out = landed.join(F.broadcast(rdf), (arrival >= F.col("_start")) & (arrival < F.col("_end")), "left")
-    return _annotated(out, landed, event_time)
+    return _annotated(out, landed, event_time, late_after)
 
 
-def _annotated(joined: DataFrame, landed: DataFrame, event_time: str) -> DataFrame:
+def _annotated(joined: DataFrame, landed: DataFrame, event_time: str, late_after: int | None) -> DataFrame:
     """Landed rows joined to their micro-batch (``_batch_id``, ``_watermark_ms``) -> the annotated
-    view: the batch, its watermark, and whether that watermark dropped the row."""
+    view: the batch, its watermark (``_watermark_ms`` kept), and whether it made the row late: its
+    event time plus ``late_after`` ms at or behind it (None: lateness is per pair, decided in
+    :func:`classify_misses`: the paced engine's right rows)."""
     et_ms = F.unix_millis(F.col(event_time))
+    late = (
+        F.lit(False)
+        if late_after is None
+        else F.coalesce((F.col("_watermark_ms") > 0) & (et_ms + late_after <= F.col("_watermark_ms")), F.lit(False))
+    )
     return joined.select(
         *landed.columns,
         "_batch_id",
         F.timestamp_millis("_watermark_ms").alias("_watermark"),
-        F.coalesce((F.col("_watermark_ms") > 0) & (et_ms <= F.col("_watermark_ms")), F.lit(False)).alias(
-            "_dropped_late"
-        ),
+        "_watermark_ms",
+        late.alias("_dropped_late"),
     )
 
 
@@ -116,16 +139,23 @@ WATERMARK_POLICIES = ("current", "previous")
 
 
 def with_processing_watermark(
-    spark: SparkSession, landed: DataFrame, topic: str, progress: list[dict], event_time: str, policy: str = "current"
+    spark: SparkSession,
+    landed: DataFrame,
+    topic: str,
+    progress: list[dict],
+    event_time: str,
+    policy: str = "current",
+    late_after: int | None = 0,
 ) -> DataFrame:
-    """Landed rows of ``topic`` + ``_batch_id``, ``_watermark`` and ``_dropped_late``.
+    """Landed rows of ``topic`` + ``_batch_id``, ``_watermark`` and ``_dropped_late`` (see
+    :func:`_annotated` for ``late_after``).
 
     Rows the stream has not read yet get null ``_batch_id`` and ``_dropped_late`` false.
     """
     if policy not in WATERMARK_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(WATERMARK_POLICIES)}, not {policy!r}")
     if any(ARRIVALS_KEY in p for p in progress):
-        return _with_slice_watermark(spark, landed, progress, event_time, policy)
+        return _with_slice_watermark(spark, landed, progress, event_time, policy, late_after)
     ranges = [r for r in batch_offset_ranges(progress) if r[1] == topic]
     if policy == "previous":
         wm_of = {}
@@ -136,7 +166,7 @@ def with_processing_watermark(
     rdf = spark.createDataFrame(ranges, schema)
     cond = (F.col(PARTITION) == F.col("_p")) & (F.col(OFFSET) >= F.col("_start")) & (F.col(OFFSET) < F.col("_end"))
     out = landed.join(F.broadcast(rdf), cond, "left")
-    return _annotated(out, landed, event_time)
+    return _annotated(out, landed, event_time, late_after)
 
 
 def stream_view(
@@ -147,7 +177,14 @@ def stream_view(
     progress: list[dict],
     policy: str = "current",
 ) -> tuple[DataFrame, DataFrame]:
-    """Both sides' landed rows annotated with what the streaming join did with them."""
+    """Both sides' landed rows annotated with what the streaming join did with them (the paced
+    engine: by the right PT each micro-batch ran with, its own current one)."""
+    if spec.streaming.engine == Engine.paced:
+        upper = spec.window.upper_seconds * 1000
+        return (
+            with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time, late_after=upper),
+            with_processing_watermark(spark, right, spec.right.topic, progress, spec.right.event_time, late_after=None),
+        )
     return (
         with_processing_watermark(spark, left, spec.left.topic, progress, spec.left.event_time, policy),
         with_processing_watermark(spark, right, spec.right.topic, progress, spec.right.event_time, policy),
@@ -268,11 +305,17 @@ def classify_misses(spec: JoinSpec, missed_left: DataFrame, right: DataFrame) ->
     """
     left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
     lcols = [F.col(c).alias(col_name("left", c)) for c in [*spec.left.schema_, "_dropped_late"]]
-    rcols = [F.col(c).alias(col_name("right", c)) for c in [*spec.right.schema_, "_batch_id", "_dropped_late"]]
+    paced = spec.streaming.engine == Engine.paced
+    kept = [*spec.right.schema_, "_batch_id", "_dropped_late", *(["_watermark_ms"] if paced else [])]
+    rcols = [F.col(c).alias(col_name("right", c)) for c in kept]
     cand = missed_left.select(*lcols).join(right.select(*rcols), match_condition(spec), "left")
+    late = F.col("right_dropped_late")
+    if paced:  # read after the left event's window had closed (the right PT of its batch past the end)
+        closes = F.unix_millis(F.col(col_name("left", spec.left.event_time))) + spec.window.upper_seconds * 1000
+        late = late | F.coalesce(F.col(col_name("right", "_watermark_ms")) >= closes, F.lit(False))
     per_left = cand.groupBy(left_id, col_name("left", spec.left.event_time), "left_dropped_late").agg(
         F.count(right_id).alias("n"),
-        F.sum(F.when(F.col("right_dropped_late"), 1).otherwise(0)).alias("n_late"),
+        F.sum(F.when(late, 1).otherwise(0)).alias("n_late"),
         F.sum(F.when(F.col("right_batch_id").isNull() & F.col(right_id).isNotNull(), 1).otherwise(0)).alias("n_unread"),
     )
     cause = (
@@ -405,71 +448,3 @@ def attribute_misses(
             .collect()
         }
     return {**result.to_dict(), "quarantined": quarantined}
-
-
-#: What each account term means, for printouts (the report has its own labels).
-TERM_LABELS = {
-    "cutoff_gain": "+ cut-off gain (partner landed on a day the baseline does not read)",
-    "left_late": "− left-late loss (left event behind the watermark)",
-    "right_late": "− right-late loss (every partner behind the watermark)",
-    "other": "− other",
-}
-OTHER_PARTS = (
-    ("outside_window", 1, "loss: partners outside the stream's window"),
-    ("not_yet_processed", 1, "loss: partners not read by the stream yet"),
-    ("unexplained", 1, "loss: no cause applies"),
-    ("other_gain", -1, "gain: not through the cut-off"),
-)
-
-
-def render_account(att: dict):
-    """The account of :func:`attribute_misses` as rich tables: the terms (they sum to the
-    difference, in left events and in pp) and the miss causes with sample ids."""
-    from rich.console import Group
-    from rich.table import Table
-
-    a = att["account"]
-    n = a["left_events"]
-
-    def pp(v: int) -> str:
-        return f"{100 * v / n:+.3f}" if n else "—"
-
-    def rate(v: int) -> str:
-        return f"{100 * v / n:.3f}%" if n else "—"
-
-    t = Table(title=f"ds {a['ds']}: stream − {a['baseline']} = the sum of the terms ({n:,} left events)")
-    for h, j in (("", "left"), ("left events", "right"), ("pp", "right"), ("sample left ids", "left")):
-        t.add_column(h, justify=j)  # type: ignore[arg-type]
-    ids = {
-        **att["samples"],
-        **a["samples"],
-        "right_late": att["samples"].get("late_right", []),
-        "unexplained": att["samples"].get("other", []),
-        "other": [],
-    }
-
-    def sample(key: str) -> str:
-        return " ".join(ids.get(key, [])[:3])
-
-    t.add_row(f"{a['baseline']} matched", f"{a['baseline_matched']:,}", rate(a["baseline_matched"]))
-    signed = {
-        "cutoff_gain": a["cutoff_gain"],
-        "left_late": -a["left_late"],
-        "right_late": -a["right_late"],
-        "other": -a["other"],
-    }
-    for term, v in signed.items():
-        t.add_row(TERM_LABELS[term], f"{v:+,}", pp(v), sample(term))
-    for part, sign, what in OTHER_PARTS:
-        v = -sign * a[part]
-        t.add_row(f"    of which {part} ({what})", f"{v:+,}", pp(v), sample(part), style="dim")
-    t.add_section()
-    t.add_row("= stream − baseline", f"{a['difference']:+,}", pp(a["difference"]), style="bold")
-    t.add_row("stream matched", f"{a['stream_matched']:,}", rate(a["stream_matched"]))
-
-    c = Table(title=f"why left events {a['baseline']} matched have no stream match (miss causes)")
-    for h in ("cause", "left events", "sample left ids"):
-        c.add_column(h)
-    for cause in CAUSES:
-        c.add_row(cause, f"{att['counts'].get(cause, 0):,}", " ".join(att["samples"].get(cause, [])[:5]))
-    return Group(t, c)

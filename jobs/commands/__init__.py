@@ -415,7 +415,8 @@ def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: fl
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
-    from jobs.accuracy.attribution import attribute_misses, check_baseline, render_account
+    from jobs.accuracy.attribution import attribute_misses, check_baseline
+    from jobs.report.attribution_view import render_account
 
     spec = _load_spec(args.spec)
     try:

@@ -96,8 +96,15 @@ ACCOUNT_TERMS = {
         "cut-off gain",
         "matches through right events that landed on a day the baseline does not read (its daily cut-off)",
     ),
-    "left_late": ("left-late loss", "left events behind the left watermark, emitted unmatched"),
-    "right_late": ("right-late loss", "every right event in the window arrived behind the right watermark"),
+    "left_late": (
+        "left-late loss",
+        "left events read after the stream had closed their window (native: behind the left watermark; "
+        "paced: the right PT past the window's end)",
+    ),
+    "right_late": (
+        "right-late loss",
+        "every partner read too late (native: behind the right watermark; paced: after the window closed)",
+    ),
     "other": ("other", "outside the window, not read yet or unexplained, minus gains not through the cut-off"),
 }
 #: Parts of ``other`` with their sign in it (+ a loss, − a gain).

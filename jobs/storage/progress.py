@@ -182,6 +182,17 @@ def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
     return done
 
 
+def paced_entry(progress: dict[str, Any]) -> dict[str, Any] | None:
+    """A paced micro-batch's own entry in its end offset (the PTs it ran with, what was paused:
+    :mod:`jobs.storage.aligned_source`), or None for the native engine's."""
+    for src in progress.get("sources", []):
+        end = src.get("endOffset") or {}
+        end = json.loads(end) if isinstance(end, str) else end
+        if "@paced" in end:
+            return end["@paced"]
+    return None
+
+
 def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
     """The latest event-time watermark (epoch ms) in a progress log."""
     for p in reversed(progress):

@@ -120,7 +120,8 @@ def test_a_baseline_must_be_a_variant_other_than_the_stream(name):
 def test_the_printed_account_shows_terms_that_sum_to_the_difference():
     from rich.console import Console
 
-    from jobs.accuracy.attribution import Attribution, render_account
+    from jobs.accuracy.attribution import Attribution
+    from jobs.report.attribution_view import render_account
 
     a = Account(
         ds="2026-11-20",
@@ -147,3 +148,41 @@ def test_the_printed_account_shows_terms_that_sum_to_the_difference():
     assert "other_gain" in out and "not a cause" not in out
     causes = out[out.index("miss causes") :]
     assert "gain" not in causes and "L42" not in causes  # gains are account terms, not miss causes
+
+
+def test_the_paced_engine_is_judged_by_the_right_pt_its_micro_batch_ran_with(spark):
+    """A paced run's progress log: no watermark, the PTs in each micro-batch's ``@paced`` entry.
+    Window [-10m, +5m]: L1 (12:00) read when the right PT was 12:00 is on time, but its only
+    partner R1 was read when the right PT was 12:06, past L1's window end (12:05): late right.
+    L2 (12:00) read in that second micro-batch is itself late. L3's partner R3 was read on time."""
+    from jobs.accuracy.attribution import classify_misses, stream_view
+    from jobs.spec import Engine
+
+    spec = tiny_spec()
+    spec = spec.model_copy(update={"streaming": spec.streaming.model_copy(update={"engine": Engine.paced})})
+    landed = "event_id string, k string, t timestamp, _partition int, _offset long"
+    left = spark.createDataFrame(
+        [("L1", "k1", ts("12:00:00"), 0, 0), ("L3", "k3", ts("12:00:00"), 0, 1), ("L2", "k2", ts("12:00:00"), 0, 2)],
+        landed,
+    )
+    right = spark.createDataFrame(
+        [("R3", "k3", ts("12:01:00"), 0, 0), ("R1", "k1", ts("12:01:00"), 0, 1), ("R2", "k2", ts("12:01:00"), 0, 2)],
+        landed,
+    )
+
+    def batch(b: int, left_end: int, right_end: int, right_pt: str) -> dict:
+        pt = int(ts(right_pt).timestamp() * 1000)
+        start = {"left_topic": {"0": 0 if b == 0 else 2}, "right_topic": {"0": 0 if b == 0 else 1}}
+        end = {
+            "left_topic": {"0": left_end},
+            "right_topic": {"0": right_end},
+            "@paced": {"right_pt": pt, "left_pt": pt},
+        }
+        return {"batchId": b, "eventTime": {}, "sources": [{"startOffset": start, "endOffset": end}]}
+
+    progress = [batch(0, 2, 1, "12:00:00"), batch(1, 3, 3, "12:06:00")]
+    lv, rv = stream_view(spark, spec, left, right, progress)
+    assert {r.event_id: r._dropped_late for r in lv.collect()} == {"L1": False, "L3": False, "L2": True}
+    missed = lv.where(lv.event_id.isin("L1", "L2", "L3"))
+    causes = {r.event_id: r.cause for r in classify_misses(spec, missed, rv).collect()}
+    assert causes == {"L1": "late_right", "L2": "left_late", "L3": "other"}
