@@ -17,9 +17,9 @@ Per stream (left, right):
 For the query: **state rows and bytes** (every state operator of the last micro-batch: the join's
 window state and the event-id de-duplication), **last micro-batch age** (a warning only while
 records wait, or may wait: an idle query that has read everything logs no progress), **restarts
-in 24 h** (the supervisor's restart log), **late-drop rate** (rows dropped by the watermark over
-input rows, over the micro-batches of ``late_drop_window`` before the last one: a stopped
-stream still shows its last hour).
+in 24 h** (the supervisor's restart log), **late-drop rate** (rows dropped by the watermark, or
+by the paced operator as late, over input rows, over the micro-batches of ``late_drop_window``
+before the last one: a stopped stream still shows its last hour).
 
 Kafka is asked with a short timeout. When it cannot be reached (the UI's process may have no
 route to the broker), lag is what the supervisor's health log last recorded, with that sample's
@@ -123,8 +123,10 @@ def _ops(p: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, int, int]:
-    """(rows dropped by the watermark, input rows, micro-batches) over the batches that ended
-    within ``window_s`` before the last one."""
+    """(rows dropped as late, input rows, micro-batches) over the batches that ended within
+    ``window_s`` before the last one. Dropped as late: by the watermark (Spark's counter), or by
+    the paced operator (its ``right_late_dropped``: Spark's counter is 0 there, the operator
+    decides lateness itself)."""
     ends = [batch_end(p) for p in progress]
     known = [e for e in ends if e is not None]
     if not known:
@@ -137,6 +139,7 @@ def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, in
         n += 1
         rows += int(p.get("numInputRows") or 0)
         dropped += sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in _ops(p))
+        dropped += int(((p.get("joinshift") or {}).get("paced") or {}).get("right_late_dropped") or 0)
     return dropped, rows, n
 
 

@@ -170,6 +170,14 @@ def test_late_drop_rate_counts_the_window_before_the_last_batch_only():
     assert late_drops([], 3600) == (0, 0, 0)
 
 
+def test_the_paced_operators_late_drops_count_where_spark_counts_none():
+    """The paced engine decides lateness in its operator (no event-time column for Spark to drop
+    rows by): its ``right_late_dropped`` counter, noted in the progress line, is the drop count."""
+    paced = [_batch(0, minutes=0, rows=200), _batch(1, minutes=10, rows=300)]
+    paced[1]["joinshift"] = {"paced": {"right_late_dropped": 6, "left_late_closed": 2}}
+    assert late_drops(paced, 3600) == (6, 500, 2)
+
+
 def test_restarts_count_the_last_24_hours_only(spec, tmp_path, monkeypatch):
     now = T0.timestamp()
     times = [now - 90_000, now - 86_000, now - 10, now]
