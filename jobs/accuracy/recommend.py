@@ -38,7 +38,7 @@ from jobs.accuracy.tradeoff import (
     per_ds_rates,
     stream_lateness,
 )
-from jobs.spec import JoinSpec, fmt_duration, format_bytes, format_duration
+from jobs.spec import Engine, JoinSpec, fmt_duration, format_bytes, format_duration
 from jobs.storage import fs
 from jobs.storage.stream_runs import rate_label, read_runs
 
@@ -222,6 +222,17 @@ def default_cadence(spec: JoinSpec, slice_minutes: float | None = None) -> Caden
     return Cadence(max(1, int(spec.streaming.trigger_interval.total_seconds())), replay=False)
 
 
+def engine_caveat(spec: JoinSpec) -> list[str]:
+    """What a paced spec's reader must know first: the delays below are not its knobs."""
+    if spec.streaming.engine != Engine.paced:
+        return []
+    return [
+        "the spec runs the paced engine; these predictions model the native engine (the window applies to both, "
+        "the watermark delays only to the native one: the paced engine waits for PTs, paper §5.2). The paced "
+        "engine's own rates come from a replay: `joinshift replay-as-live` or `joinshift demo --spec`"
+    ]
+
+
 def recommend(
     spark,
     spec: JoinSpec,
@@ -331,6 +342,7 @@ def recommend(
     lateness = stream_lateness(spec, rec, obs, chosen)
 
     explanation = _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source)
+    explanation[:0] = engine_caveat(spec)
     explanation.append(
         f"{coarse:,} candidates on the coarse grid, {len(grid) - coarse:,} more around the frontier near the budget; "
         f"{len(front)} on the Pareto frontier (match rate vs p99 latency)"

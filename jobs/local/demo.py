@@ -218,7 +218,7 @@ def run_demo(
     if fs.exists(rec_file):
         import json
 
-        from jobs.spec import fmt_duration
+        from jobs.spec import Engine, fmt_duration
 
         rec = json.loads(fs.read_text(rec_file))
         c = rec["chosen"]
@@ -227,6 +227,7 @@ def run_demo(
             f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
             f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / "
             f"right {fmt_duration(rec['right_watermark_s'])}"
+            + (" (modelled for the native engine)" if spec.streaming.engine == Engine.paced else "")
         )
     from pyspark.sql import functions as F
 

@@ -286,3 +286,13 @@ def test_verify_compares_like_with_like_and_clears_only_trial_pipelines(demo_spe
     old.mkdir(parents=True)
     clear_trial(trial, s)
     assert not old.exists()
+
+
+def test_a_paced_spec_is_told_first_that_the_prediction_models_the_native_engine(demo_spec):
+    from jobs.accuracy.recommend import engine_caveat
+    from jobs.spec import Engine
+
+    assert engine_caveat(demo_spec) == []
+    paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
+    [caveat] = engine_caveat(paced)
+    assert "paced engine" in caveat and "native engine" in caveat and "replay-as-live" in caveat
