@@ -36,8 +36,8 @@ from jobs.join.conditions import match_condition
 from jobs.join.records import arrival_ds
 from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import Engine, JoinSpec
-from jobs.steps.replay_live import ARRIVALS_KEY
-from jobs.storage.progress import paced_entry  # a replay-as-live batch's record-time range
+from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
+from jobs.storage.progress import paced_entry
 
 
 def _ms(ts: str | None) -> int | None:

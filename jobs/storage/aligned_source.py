@@ -421,30 +421,33 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         c = _task_consumers.pop(self.pacing.bootstrap, None) or kafka.KafkaConsumerFor(
             self.pacing.bootstrap, client_id="joinshift-aligned-source-task"
         )
-        c.assign_at({(r.topic, r.partition): r.start})
-        position = r.start
-        while position < r.end:
-            got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS).get((r.topic, r.partition), [])
-            if not got:
-                c.close()
-                raise RuntimeError(
-                    f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
-                    f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
-                )
-            polled = [rec for rec in got if rec[0] >= position]  # none of an earlier range's fetch
-            records = [rec for rec in polled if rec[0] < r.end]
-            if records:
-                yield _batch(r.side, r.topic, r.partition, records, r)
-                position = records[-1][0] + 1
-            if len(records) < len(polled):  # past the range's end
-                break
+        try:
+            c.assign_at({(r.topic, r.partition): r.start})
+            position = r.start
+            while position < r.end:
+                got = c.poll(max_records=20_000, timeout_ms=kafka.REQUEST_TIMEOUT_MS).get((r.topic, r.partition), [])
+                if not got:
+                    raise RuntimeError(
+                        f"no records from {r.topic}[{r.partition}] at offset {position} (up to {r.end}) within "
+                        f"{kafka.REQUEST_TIMEOUT_MS} ms: the broker is down or the records were deleted"
+                    )
+                polled = [rec for rec in got if rec[0] >= position]  # none of an earlier range's fetch
+                records = [rec for rec in polled if rec[0] < r.end]
+                if records:
+                    yield _batch(r.side, r.topic, r.partition, records, r)
+                    position = records[-1][0] + 1
+                if len(records) < len(polled):  # past the range's end
+                    break
+        except BaseException:  # a failed read, or a task stopped while reading: not kept
+            c.close()
+            raise
         _task_consumers[self.pacing.bootstrap] = c
 
 
 #: The tasks' consumer, kept by a Python worker from one task to the next (Spark reuses its
 #: workers): a new consumer takes ~110-210 ms to its first records (connecting, measured), and a
-#: micro-batch runs a task per Kafka partition. Taken out while a task reads; one whose read failed
-#: is not put back.
+#: micro-batch runs a task per partition index. Taken out while a task reads; one whose read failed
+#: or was stopped is closed, not put back.
 _task_consumers: dict[str, Any] = {}
 
 
