@@ -19,7 +19,9 @@ window state and the event-id de-duplication), **last micro-batch age** (a warni
 records wait, or may wait: an idle query that has read everything logs no progress), **restarts
 in 24 h** (the supervisor's restart log), **late-drop rate** (rows dropped by the watermark, or
 by the paced operator as late, over input rows, over the micro-batches of ``late_drop_window``
-before the last one: a stopped stream still shows its last hour).
+before the last one: a stopped stream still shows its last hour); for the paced engine, a note with
+its operator's counters over the same micro-batches (late closes and drops, per-key cap closes and
+evictions, duplicates, amendments: paper §6.6, counted and never silent).
 
 Kafka is asked with a short timeout. When it cannot be reached (the UI's process may have no
 route to the broker), lag is what the supervisor's health log last recorded, with that sample's
@@ -41,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.join.avro import decode_or_why
+from jobs.join.paced import METRICS
 from jobs.join.pt_estimator import PTEstimator
 from jobs.operate.health import health_log, kafka_lag, restart_log
 from jobs.settings import Settings
@@ -122,25 +125,45 @@ def _ops(p: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for o in p.get("stateOperators") or [] if isinstance(o, dict)]
 
 
+def _recent(progress: list[dict[str, Any]], window_s: float) -> list[dict[str, Any]]:
+    """The micro-batches that ended within ``window_s`` before the last one."""
+    ends = [batch_end(p) for p in progress]
+    known = [e for e in ends if e is not None]
+    if not known:
+        return []
+    since = max(known) - window_s
+    return [p for p, end in zip(progress, ends, strict=True) if end is not None and end >= since]
+
+
+def _paced(p: dict[str, Any]) -> dict[str, Any]:
+    """A micro-batch's paced-operator counters (the progress line's ``joinshift.paced``), or {}."""
+    return (p.get("joinshift") or {}).get("paced") or {}
+
+
 def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, int, int]:
     """(rows dropped as late, input rows, micro-batches) over the batches that ended within
     ``window_s`` before the last one. Dropped as late: by the watermark (Spark's counter), or by
     the paced operator (its ``right_late_dropped``: Spark's counter is 0 there, the operator
     decides lateness itself)."""
-    ends = [batch_end(p) for p in progress]
-    known = [e for e in ends if e is not None]
-    if not known:
-        return 0, 0, 0
-    since = max(known) - window_s
     dropped = rows = n = 0
-    for p, end in zip(progress, ends):
-        if end is None or end < since:
-            continue
+    for p in _recent(progress, window_s):
         n += 1
         rows += int(p.get("numInputRows") or 0)
         dropped += sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in _ops(p))
-        dropped += int(((p.get("joinshift") or {}).get("paced") or {}).get("right_late_dropped") or 0)
+        dropped += int(_paced(p).get("right_late_dropped") or 0)
     return dropped, rows, n
+
+
+def paced_counts(progress: list[dict[str, Any]], window_s: float) -> dict[str, int]:
+    """The paced operator's counters (:data:`jobs.join.paced.METRICS`: late closes and drops,
+    per-key cap closes and evictions, duplicates, amendments) summed over the same micro-batches
+    as :func:`late_drops`; {} for the native engine."""
+    out: dict[str, int] = {}
+    for p in _recent(progress, window_s):
+        for name, n in _paced(p).items():
+            if name in METRICS:
+                out[name] = out.get(name, 0) + int(n or 0)
+    return {name: out[name] for name in METRICS if name in out}
 
 
 def restarts_within(times: list[float], now: float, window_s: float = DAY_S) -> int:
@@ -237,6 +260,12 @@ def assess(
         c.note = f"{dropped} of {inputs} rows in {batches} micro-batches"
     elif last is not None:
         c.note = "no micro-batch in the window"
+    paced = paced_counts(progress, t.late_drop_window.total_seconds())
+    if paced:  # per-key caps and late closes are counted, never silent (paper §6.6)
+        h.notes.append(
+            f"paced operator over the same {batches} micro-batches: "
+            + ", ".join(f"{name} {n:,}" for name, n in paced.items())
+        )
 
     for x in SIDES:
         pt = pt_ms.get(x)

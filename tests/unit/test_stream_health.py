@@ -178,6 +178,25 @@ def test_the_paced_operators_late_drops_count_where_spark_counts_none():
     assert late_drops(paced, 3600) == (6, 500, 2)
 
 
+def test_the_paced_operators_counters_are_a_note_of_the_snapshot(demo_spec):
+    """Per-key caps and late closes are counted and shown (paper §6.6), not left in the log."""
+    from jobs.operate.stream_health import assess, paced_counts
+    from jobs.report.health_view import render_health
+
+    progress = [_batch(0, minutes=0, rows=100), _batch(1, minutes=70, rows=200), _batch(2, minutes=100, rows=300)]
+    progress[0]["joinshift"] = {"paced": {"right_cap_evicted": 50}}  # before the window: not counted
+    progress[1]["joinshift"] = {"paced": {"right_cap_evicted": 3, "left_late_closed": 2, "state_rows": 900}}
+    progress[2]["joinshift"] = {"paced": {"right_cap_evicted": 1, "left_amended": 4}}
+    assert paced_counts(progress, 3600) == {"left_late_closed": 2, "right_cap_evicted": 4, "left_amended": 4}
+    assert paced_counts([_batch(0, minutes=0, rows=10)], 3600) == {}
+    h = assess(demo_spec, progress, now=10**10)
+    [note] = [n for n in h.notes if n.startswith("paced operator")]
+    assert note == (
+        "paced operator over the same 2 micro-batches: left_late_closed 2, right_cap_evicted 4, left_amended 4"
+    )
+    assert note in render_health(h, now=10**10)
+
+
 def test_restarts_count_the_last_24_hours_only(spec, tmp_path, monkeypatch):
     now = T0.timestamp()
     times = [now - 90_000, now - 86_000, now - 10, now]
