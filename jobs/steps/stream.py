@@ -42,7 +42,7 @@ from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
 from jobs.storage import aligned_source, delta_io, fs, kafka
-from jobs.storage.checkpoints import SPEC_RECORD, batch_ids, checkpoint_query_id
+from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id
 from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
@@ -143,8 +143,9 @@ def _ensure_recorder(spark: SparkSession, spec: JoinSpec, tables: Tables) -> Non
     )
 
 
-class CheckpointSpecMismatch(RuntimeError):
-    """The spec changed in a way its checkpoint cannot continue (``joinshift plan`` says replay)."""
+class CheckpointSpecMismatch(CheckpointError):
+    """The spec changed in a way its checkpoint cannot continue (``joinshift plan`` says replay):
+    the user's to fix, printed in one line."""
 
 
 def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
@@ -154,7 +155,15 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     the checkpoint continues with."""
     cp, record = checkpoint, fs.join(checkpoint, SPEC_RECORD)
     if fs.exists(record) and batch_ids(fs.join(cp, "commits")):  # a checkpoint with no committed batch holds no state
-        built = recorded_spec(fs.read_text(record))
+        text = fs.read_text(record)
+        built = recorded_spec(text)
+        if built.streaming.engine == Engine.paced and '"shards"' not in text:
+            # written before the paced operator kept its state by shard: Spark cannot read that state
+            raise CheckpointSpecMismatch(
+                f"checkpoint {cp} holds the paced operator's state per join key, from before it was kept by "
+                f"shard (streaming.paced.shards): rebuild the window with this version: joinshift replay --spec "
+                f"<this spec> --cutover <instant> (runbook change_the_window)"
+            )
         blocking = plan(built, spec).blocking
         if blocking:
             fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)

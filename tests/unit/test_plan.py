@@ -282,3 +282,25 @@ def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path, demo_spec):
     with pytest.raises(CheckpointSpecMismatch, match=r"window\.lower.*joinshift replay"):
         guard_checkpoint_spec(narrower, str(cp))
     assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")  # unchanged
+
+
+def test_a_paced_checkpoint_from_before_shards_is_refused_in_one_line(tmp_path, demo_spec):
+    """Its state is per join key (a value state), which the sharded operator cannot read: the
+    start-up guard says so and how to rebuild, instead of Spark's state schema error."""
+    import json
+
+    from jobs.spec import Engine
+    from jobs.steps.stream import CheckpointSpecMismatch, guard_checkpoint_spec
+    from jobs.storage.checkpoints import SPEC_RECORD
+
+    paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
+    cp = tmp_path / "checkpoints" / "stream_join"
+    guard_checkpoint_spec(paced, str(cp))
+    (cp / "commits").mkdir()
+    (cp / "commits" / "0").write_text("v1\n{}\n")
+    guard_checkpoint_spec(paced, str(cp))  # recorded with its shards: continues
+    old = json.loads((cp / SPEC_RECORD).read_text())
+    del old["streaming"]["paced"]["shards"]  # as the per-key operator recorded it
+    (cp / SPEC_RECORD).write_text(json.dumps(old))
+    with pytest.raises(CheckpointSpecMismatch, match=r"per join key.*joinshift replay"):
+        guard_checkpoint_spec(paced, str(cp))
