@@ -50,7 +50,7 @@ from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.spec.avro import Encoding
 from jobs.storage import kafka
-from jobs.storage.progress import JOIN_QUERY, recent_progress
+from jobs.storage.progress import JOIN_QUERY, paced_counters, recent_progress
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -135,11 +135,6 @@ def _recent(progress: list[dict[str, Any]], window_s: float) -> list[dict[str, A
     return [p for p, end in zip(progress, ends, strict=True) if end is not None and end >= since]
 
 
-def _paced(p: dict[str, Any]) -> dict[str, Any]:
-    """A micro-batch's paced-operator counters (the progress line's ``joinshift.paced``), or {}."""
-    return (p.get("joinshift") or {}).get("paced") or {}
-
-
 def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, int, int]:
     """(rows dropped as late, input rows, micro-batches) over the batches that ended within
     ``window_s`` before the last one. Dropped as late: by the watermark (Spark's counter), or by
@@ -150,7 +145,7 @@ def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, in
         n += 1
         rows += int(p.get("numInputRows") or 0)
         dropped += sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in _ops(p))
-        dropped += int(_paced(p).get("right_late_dropped") or 0)
+        dropped += int(paced_counters(p).get("right_late_dropped") or 0)
     return dropped, rows, n
 
 
@@ -160,7 +155,7 @@ def paced_counts(progress: list[dict[str, Any]], window_s: float) -> dict[str, i
     as :func:`late_drops`; {} for the native engine."""
     out: dict[str, int] = {}
     for p in _recent(progress, window_s):
-        for name, n in _paced(p).items():
+        for name, n in paced_counters(p).items():
             if name in METRICS:
                 out[name] = out.get(name, 0) + int(n or 0)
     return {name: out[name] for name in METRICS if name in out}

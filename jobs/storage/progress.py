@@ -39,8 +39,10 @@ _LOG_LOCK = threading.Lock()
 _LOGGED: dict[str, int] = {}
 
 
+#: Where a progress line holds what the query's own code noted (:func:`note_batch`).
+NOTES_KEY = "joinshift"
 #: (query name, batch id) -> what the query's own code noted about that micro-batch (the paced
-#: engine's counters), logged with its progress under "joinshift".
+#: engine's counters), logged with its progress under :data:`NOTES_KEY`.
 _NOTES: dict[tuple[str, int], dict[str, Any]] = {}
 
 
@@ -59,7 +61,7 @@ def _log_once(path: str, progress: Any) -> None:
         line = progress.json.replace("\n", " ")
         notes = _NOTES.pop((progress["name"] or "", batch), None)
         if notes:
-            line = json.dumps({**json.loads(line), "joinshift": notes})
+            line = json.dumps({**json.loads(line), NOTES_KEY: notes})
         fs.append_text(path, line + "\n")
         _LOGGED[run] = batch
 
@@ -168,13 +170,17 @@ def settle_log(path: str, query: Any) -> None:
         _log_once(path, p)
 
 
+def _end_offset(source: dict[str, Any]) -> dict[str, Any]:
+    """A source's end offset in a progress line (Spark writes it as JSON text)."""
+    end = source.get("endOffset") or {}
+    return json.loads(end) if isinstance(end, str) else end
+
+
 def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
     """``{topic: {partition: offset}}`` a micro-batch read up to (its sources' end offsets)."""
     done: dict[str, dict[int, int]] = {}
     for src in progress.get("sources", []):
-        end = src.get("endOffset") or {}
-        end = json.loads(end) if isinstance(end, str) else end
-        for topic, parts in end.items():
+        for topic, parts in _end_offset(src).items():
             if topic.startswith("@"):  # not a topic: the paced engine's own entry (jobs.storage.aligned_source)
                 continue
             for part, off in parts.items():
@@ -186,11 +192,16 @@ def paced_entry(progress: dict[str, Any]) -> dict[str, Any] | None:
     """A paced micro-batch's own entry in its end offset (the PTs it ran with, what was paused:
     :mod:`jobs.storage.aligned_source`), or None for the native engine's."""
     for src in progress.get("sources", []):
-        end = src.get("endOffset") or {}
-        end = json.loads(end) if isinstance(end, str) else end
+        end = _end_offset(src)
         if "@paced" in end:
             return end["@paced"]
     return None
+
+
+def paced_counters(progress: dict[str, Any]) -> dict[str, Any]:
+    """A paced micro-batch's operator counters as its sink noted them (``note_batch(..., {"paced":
+    counts})``), or {} for the native engine's."""
+    return (progress.get(NOTES_KEY) or {}).get("paced") or {}
 
 
 def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
