@@ -157,7 +157,8 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     if fs.exists(record) and batch_ids(fs.join(cp, "commits")):  # a checkpoint with no committed batch holds no state
         text = fs.read_text(record)
         built = recorded_spec(text)
-        if built.streaming.engine == Engine.paced and '"shards"' not in text:
+        recorded_paced = json.loads(text).get("streaming", {}).get("paced", {})
+        if built.streaming.engine == Engine.paced and "shards" not in recorded_paced:
             # written before the paced operator kept its state by shard: Spark cannot read that state
             raise CheckpointSpecMismatch(
                 f"checkpoint {cp} holds the paced operator's state per join key, from before it was kept by "

@@ -416,7 +416,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from jobs.storage import kafka
 
         if r.side == TICK:  # no record: the PTs alone
-            yield _batch(TICK, "", -1, [(-1, int(time.time() * 1000), None, None)], r)
+            yield _batch([(-1, int(time.time() * 1000), None, None)], r)
             return
         c = _task_consumers.pop(self.pacing.bootstrap, None) or kafka.KafkaConsumerFor(
             self.pacing.bootstrap, client_id="joinshift-aligned-source-task"
@@ -434,7 +434,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 polled = [rec for rec in got if rec[0] >= position]  # none of an earlier range's fetch
                 records = [rec for rec in polled if rec[0] < r.end]
                 if records:
-                    yield _batch(r.side, r.topic, r.partition, records, r)
+                    yield _batch(records, r)
                     position = records[-1][0] + 1
                 if len(records) < len(polled):  # past the range's end
                     break
@@ -451,19 +451,19 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 _task_consumers: dict[str, Any] = {}
 
 
-def _batch(side: str, topic: str, partition: int, records: list, r: KafkaRange) -> Any:
-    """(offset, timestamp ms, value, key) records -> one record batch of :data:`SCHEMA`."""
+def _batch(records: list, r: KafkaRange) -> Any:
+    """(offset, timestamp ms, value, key) records of ``r`` -> one record batch of :data:`SCHEMA`."""
     import pyarrow as pa
 
     n = len(records)
     offsets, stamps, values, keys = zip(*records, strict=True) if n else ((), (), (), ())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([side] * n, pa.string()),
+            pa.array([r.side] * n, pa.string()),
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
+            pa.array([r.topic] * n, pa.string()),
+            pa.array([r.partition] * n, pa.int32()),
             pa.array(offsets, pa.int64()),
             pa.array([ts * 1000 for ts in stamps], pa.timestamp("us", tz="UTC")),
             pa.array([r.left_pt] * n, pa.int64()),
