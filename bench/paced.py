@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results" / "paced.json"), help="result file")
     args = p.parse_args(argv)
     lag_windows = [None if w == "spec" else w.split(",") for w in (args.lag_window or ["spec", "-10m,10m"])]
-    if any(w is not None and len(w) != 2 for w in lag_windows):
+    try:
+        for w in lag_windows:
+            _with_window(default_spec(), w)
+    except ValueError:  # a pair that is not two durations, lower before upper (pydantic's error is one)
         p.error("--lag-window takes LOWER,UPPER in the spec's duration grammar, e.g. --lag-window=-10m,10m")
 
     from pyspark.sql import functions as F
@@ -118,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"published {records:,} records ({left_events:,} on the left)", file=sys.stderr)
         spark = get_spark("joinshift-bench-paced", s)
 
-        def run(engine: str, tag: str, starting=None, batch_records: int | None = None, spec=None):
-            spec = spec or sized(engines[engine], batch_records or args.batch_records)
+        def run(engine: str, tag: str, starting=None, spec=None):
+            spec = spec or sized(engines[engine], args.batch_records)
             rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{engine}_{tag}"))
             t0 = time.monotonic()
             (q,) = start_streaming_join(
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             lag: dict[str, Any] = {"window": windowed["native"].window.label()}
             for engine in ("native", "paced"):
                 spec = sized(windowed[engine], args.lag_batch_records)
-                wall, q, rs = run(engine, f"lag{len(p6)}", starting, args.lag_batch_records, spec=spec)
+                wall, q, rs = run(engine, f"lag{len(p6)}", starting, spec=spec)
                 progress = read_progress(Tables.of(spec, rs).progress_log(JOIN_QUERY))
                 out = spark.read.format("delta").load(Tables.of(spec, rs).output("stream"))
                 lefts = out.where(F.unix_millis(F.col("left_arrival_time")) >= from_ms)
@@ -222,7 +225,7 @@ def _with_window(spec, window: list[str] | None):
     """The spec with another join window (``[lower, upper]`` in the duration grammar), or as it is."""
     if window is None:
         return spec
-    lower, upper = window
+    lower, upper = window  # ValueError unless two
     return spec.model_copy(update={"window": type(spec.window).model_validate({"lower": lower, "upper": upper})})
 
 
