@@ -52,14 +52,15 @@ METRICS = (
 @dataclass(frozen=True)
 class Event:
     """One event of a side as the operator holds it: when it happened and arrived (the 1-to-1
-    order: arrival, then Kafka position), its id, and its output columns' values."""
+    order: arrival, then Kafka position), its id, and its output columns' values (opaque here:
+    carried to the output as they are; the Spark operator's JSON text of them)."""
 
     t: int
     arrival: int
     partition: int
     offset: int
     id: str
-    row: tuple[Any, ...]
+    row: Any
 
     @property
     def arrival_order(self) -> tuple[int, int, int]:
@@ -114,8 +115,8 @@ class Output:
     """What one step emits: (left row, right row or None) pairs, corrections (left row, right row,
     revision), and its counters."""
 
-    pairs: list[tuple[tuple[Any, ...], tuple[Any, ...] | None]] = field(default_factory=list)
-    corrections: list[tuple[tuple[Any, ...], tuple[Any, ...], int]] = field(default_factory=list)
+    pairs: list[tuple[Any, Any | None]] = field(default_factory=list)
+    corrections: list[tuple[Any, Any, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str, n: int = 1) -> None:

@@ -14,6 +14,11 @@ map state (read and written only when the key has something to do: a write is th
 not the shard's), and the shard keeps one small index of its keys' next timers and registers one
 timer, the earliest.
 
+A side's output values travel through the operator as one JSON text (:func:`_packed`), not a
+column each: Spark's Row interface hands Python every value of a row as its own Arrow scalar
+(~2 us each, ~58 us a row at the 27 columns the union of both sides had), and the operator only
+carries them to its output, where Spark reads them back (:func:`_unpacked`).
+
 Output: the join's columns (:func:`jobs.join.columns.output_columns`) and ``revision`` (late
 corrections), plus ``paced_metric`` and ``paced_count`` on the rows that carry the operator's
 counters (:data:`jobs.join.paced.METRICS`, a sample of the state's sizes) instead of a join row;
@@ -30,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, REVISION, col_name, output_columns, side_columns
+from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, REVISION, col_name, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
 from jobs.join.paced_state import Dictionaries, StateCodec
 from jobs.join.records import parse_records
@@ -54,11 +59,25 @@ _SIDE, _T, _ARRIVAL, _POS, _OFF, _ID, _LPT, _RPT, _CLOCK = (
     "paced_right_pt",
     "paced_clock",
 )
+#: How the operator keeps its state, recorded beside a paced checkpoint (an older one is refused at
+#: start-up, :func:`jobs.steps.stream.guard_checkpoint_spec`): 1 a value state per join key; 2 by
+#: shard, a buffered event's values as a tuple; 3 (now) by shard, its values as their JSON text.
+STATE_LAYOUT = 3
+STATE_LAYOUTS = {
+    1: "its state per join key, from before it was kept by shard (streaming.paced.shards)",
+    2: "buffered events' values as Python tuples, from before they were kept as their JSON text",
+}
 #: A join key's buffers, one value of the shard's map state.
 _BUFFERS = StructType([StructField("buffers", BinaryType())])
 #: A shard's index: its keys' next timers (pickled ``{key: due}``) and the one timer it registered.
 _INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
 _SHARD = "paced_shard"
+#: A row's output values, packed (:func:`_packed`): the operator's input column and its output's two.
+_ROW, _LEFT_ROW, _RIGHT_ROW = "paced_row", "paced_left_row", "paced_right_row"
+#: Timestamps to the microsecond, with their offset (Spark's default JSON format keeps milliseconds).
+_JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+#: The operator's output: both sides' packed values, the revision, and the counter columns.
+_OUTPUT_DDL = f"{_LEFT_ROW} string, {_RIGHT_ROW} string, {REVISION} int, {METRIC} string, {COUNT} bigint"
 
 
 def rules_of(spec: JoinSpec) -> Rules:
@@ -74,15 +93,26 @@ def rules_of(spec: JoinSpec) -> Rules:
     )
 
 
-def output_ddl(spec: JoinSpec) -> str:
-    """The join's output columns with their types, and the counter columns."""
+def _side_fields(spec: JoinSpec, side: str) -> list[tuple[str, str]]:
+    """A side's output columns (the left's with ``ds`` last) with their Spark types."""
     types = {ARRIVAL_TIME: "timestamp", PARTITION: "int", OFFSET: "bigint"}
-    cols = ["ds date"]
-    for side in ("left", "right"):
-        schema = spec.side(side).schema_
-        for c in side_columns(spec, side):
-            cols.append(f"{col_name(side, c)} {SCHEMA_TYPES[schema[c]] if c in schema else types[c]}")
-    return ", ".join([*cols, f"{REVISION} int", f"{METRIC} string", f"{COUNT} bigint"])
+    schema = spec.side(side).schema_
+    fields = [(c, SCHEMA_TYPES[schema[c]] if c in schema else types[c]) for c in side_columns(spec, side)]
+    return [*fields, ("ds", "date")] if side == "left" else fields
+
+
+def _packed(spec: JoinSpec, side: str, prefix: str) -> Column:
+    """A side's output values as one JSON text, fields named by position (what a buffered event
+    keeps: the operator only carries them to its output, :func:`_unpacked` reads them back)."""
+    fields = [F.col(prefix + c).alias(str(i)) for i, (c, _) in enumerate(_side_fields(spec, side))]
+    return F.to_json(F.struct(*fields), _JSON)
+
+
+def _unpacked(spec: JoinSpec, side: str, packed: str) -> list[Column]:
+    """The output columns of a side's JSON text (null where the text is: no match, a counter row)."""
+    fields = _side_fields(spec, side)
+    values = F.from_json(F.col(packed), ", ".join(f"`{i}` {t}" for i, (_, t) in enumerate(fields)), _JSON)
+    return [values[str(i)].alias("ds" if c == "ds" else col_name(side, c)) for i, (c, _) in enumerate(fields)]
 
 
 #: The aligned source's columns (:data:`jobs.storage.aligned_source.SCHEMA`) a parse keeps.
@@ -112,16 +142,10 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
     side = F.col("side")
     is_left, is_right = side == "left", side == "right"
 
-    def one_side(which: str) -> list[Column]:
-        prefix, cond = (_LEFT, is_left) if which == "left" else ("", is_right)
-        cols = [F.when(cond, F.col(prefix + c)).alias(col_name(which, c)) for c in side_columns(spec, which)]
-        return [*cols, F.when(cond, F.col(prefix + "ds")).alias("ds")] if which == "left" else cols
-
     lt, rt = spec.left, spec.right
     good = (is_left & F.col(_LEFT + "_reason").isNull()) | (is_right & F.col("_reason").isNull()) | (side == "tick")
     stream = parsed.where(good).select(
-        *one_side("left"),
-        *one_side("right"),
+        F.when(is_left, _packed(spec, "left", _LEFT)).when(is_right, _packed(spec, "right", "")).alias(_ROW),
         F.substring(side, 1, 1).alias(_SIDE),
         F.when(is_left, F.unix_millis(F.col(_LEFT + lt.event_time)))
         .when(is_right, F.unix_millis(F.col(rt.event_time)))
@@ -147,13 +171,12 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
     )
     stream = stream.withColumn(_SHARD, F.pmod(F.hash(*keys), F.lit(spec.streaming.paced.shards)))
     key_schema = StructType([stream.schema[k] for k in keys])
-    processor = PacedJoinProcessor(rules_of(spec), output_columns(spec), dictionaries, stream.columns, key_schema)
-    return stream.groupBy(_SHARD).transformWithState(
-        statefulProcessor=processor,
-        outputStructType=output_ddl(spec),
-        outputMode="Append",
-        timeMode="EventTime",
+    processor = PacedJoinProcessor(rules_of(spec), dictionaries, stream.columns, key_schema)
+    joined = stream.groupBy(_SHARD).transformWithState(
+        statefulProcessor=processor, outputStructType=_OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
     )
+    left, right = _unpacked(spec, "left", _LEFT_ROW), _unpacked(spec, "right", _RIGHT_ROW)
+    return joined.select(left[-1], *left[:-1], *right, REVISION, METRIC, COUNT)
 
 
 def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
@@ -178,23 +201,17 @@ class PacedJoinProcessor(StatefulProcessor):
     def __init__(
         self,
         rules: Rules,
-        columns: list[str],
         dictionaries: Dictionaries | None,
         input_columns: list[str],
         key_schema: StructType,
     ):
         self.rules = rules
-        self.columns = columns
         self.dictionaries = dictionaries
         self.key_schema = key_schema
-        left_columns = [c for c in columns if c.startswith("left_") or c == "ds"]
-        right_columns = [c for c in columns if c.startswith("right_")]
-        self.width = (len(left_columns), len(right_columns))
         at = {c: i for i, c in enumerate(input_columns)}
-        self.at_side, self.at_lpt, self.at_rpt = at[_SIDE], at[_LPT], at[_RPT]
+        self.at_side, self.at_lpt, self.at_rpt, self.at_row = at[_SIDE], at[_LPT], at[_RPT], at[_ROW]
         self.at_key = [at[f.name] for f in key_schema.fields]
         self.at_meta = [at[c] for c in (_T, _ARRIVAL, _POS, _OFF, _ID)]
-        self.at_row = {"l": [at[c] for c in left_columns], "r": [at[c] for c in right_columns]}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from pyspark.sql import Row
@@ -205,7 +222,7 @@ class PacedJoinProcessor(StatefulProcessor):
         self.codec = StateCodec.of(self.dictionaries)
         self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
         self.stored = 0
-        self.output = Row(*self.columns, REVISION, METRIC, COUNT)  # named: Spark asks a row for its dict
+        self.output = Row(_LEFT_ROW, _RIGHT_ROW, REVISION, METRIC, COUNT)  # named: Spark asks a row for its dict
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
         events: dict[tuple, dict[str, list[Event]]] = {}
@@ -216,7 +233,7 @@ class PacedJoinProcessor(StatefulProcessor):
             if side == "l" or side == "r":  # not a drain's tick
                 t, a, p, o, i = (r[k] for k in self.at_meta)
                 by_side = events.setdefault(tuple(r[k] for k in self.at_key), {"l": [], "r": []})
-                by_side[side].append(Event(t, a, p, o, i, tuple(r[k] for k in self.at_row[side])))
+                by_side[side].append(Event(t, a, p, o, i, r[self.at_row]))
         if not events:  # a drain's ticks: the watermark they move fires the timers
             return
         dues, timer = self._index()
@@ -276,9 +293,7 @@ class PacedJoinProcessor(StatefulProcessor):
             if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
                 out.counts.update(z)
                 self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
-        nulls = (None,) * self.width[1]
         for left, right, revision in [(lft, rgt, 0) for lft, rgt in out.pairs] + out.corrections:
-            yield self.output(*left, *(right if right is not None else nulls), revision, None, None)
-        blanks = (None,) * (sum(self.width) + 1)
+            yield self.output(left, right, revision, None, None)
         for name, n in out.counts.items():
-            yield self.output(*blanks, name, n)
+            yield self.output(None, None, None, name, n)

@@ -35,14 +35,14 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.join.columns import AMENDED_AT, ARRIVAL_TIME, EMITTED_AT, REVISION, col_name
 from jobs.join.conditions import join_streams, output_keys, select_batch_rows
-from jobs.join.paced_operator import paced_join, split_counters
+from jobs.join.paced_operator import STATE_LAYOUT, STATE_LAYOUTS, paced_join, split_counters
 from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
 from jobs.storage import aligned_source, delta_io, fs, kafka
-from jobs.storage.checkpoints import SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id
+from jobs.storage.checkpoints import PACED_LAYOUT_RECORD, SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id
 from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
@@ -157,14 +157,14 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
     if fs.exists(record) and batch_ids(fs.join(cp, "commits")):  # a checkpoint with no committed batch holds no state
         text = fs.read_text(record)
         built = recorded_spec(text)
-        recorded_paced = json.loads(text).get("streaming", {}).get("paced", {})
-        if built.streaming.engine == Engine.paced and "shards" not in recorded_paced:
-            # written before the paced operator kept its state by shard: Spark cannot read that state
-            raise CheckpointSpecMismatch(
-                f"checkpoint {cp} holds the paced operator's state per join key, from before it was kept by "
-                f"shard (streaming.paced.shards): rebuild the window with this version: joinshift replay --spec "
-                f"<this spec> --cutover <instant> (runbook change_the_window)"
-            )
+        if built.streaming.engine == Engine.paced:
+            layout = _paced_layout(cp, json.loads(text).get("streaming", {}).get("paced", {}))
+            if layout != STATE_LAYOUT:
+                raise CheckpointSpecMismatch(
+                    f"checkpoint {cp} holds the paced operator's state as an earlier version kept it "
+                    f"({STATE_LAYOUTS.get(layout, f'layout {layout}')}): rebuild the window with this version: "
+                    f"joinshift replay --spec <this spec> --cutover <instant> (runbook change_the_window)"
+                )
         blocking = plan(built, spec).blocking
         if blocking:
             fields = "; ".join(f"{c.field}: {c.old} -> {c.new}" for c in blocking)
@@ -174,6 +174,17 @@ def guard_checkpoint_spec(spec: JoinSpec, checkpoint: str) -> None:
                 f"--cutover <instant> (runbook change_the_window)"
             )
     fs.write_text(record, spec.model_dump_json(by_alias=True))
+    if spec.streaming.engine == Engine.paced:
+        fs.write_text(fs.join(cp, PACED_LAYOUT_RECORD), str(STATE_LAYOUT))
+
+
+def _paced_layout(checkpoint: str, recorded_paced: dict) -> int:
+    """The paced state layout a checkpoint was written in (recorded since layout 3; before, told
+    apart by whether its spec had shards)."""
+    record = fs.join(checkpoint, PACED_LAYOUT_RECORD)
+    if fs.exists(record):
+        return int(fs.read_text(record).strip())
+    return 2 if "shards" in recorded_paced else 1
 
 
 def start_streaming_join(

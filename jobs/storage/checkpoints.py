@@ -23,6 +23,8 @@ from jobs.storage import fs
 BATCH_FILE = re.compile(r"^\d+$")
 #: The spec a checkpoint was built with, kept inside it (so a backup carries it along).
 SPEC_RECORD = "joinshift_spec.json"
+#: The paced operator's state layout a checkpoint holds (a number; absent before layout 3).
+PACED_LAYOUT_RECORD = "joinshift_paced_layout"
 
 
 class CheckpointError(RuntimeError):

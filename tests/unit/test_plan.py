@@ -284,21 +284,25 @@ def test_a_checkpoint_refuses_a_spec_it_cannot_continue(tmp_path, demo_spec):
     assert '"max_offsets_per_trigger":500' in (cp / SPEC_RECORD).read_text().replace(" ", "")  # unchanged
 
 
-def test_a_paced_checkpoint_from_before_shards_is_refused_in_one_line(tmp_path, demo_spec):
-    """Its state is per join key (a value state), which the sharded operator cannot read: the
-    start-up guard says so and how to rebuild, instead of Spark's state schema error."""
+def test_a_paced_checkpoint_in_an_earlier_state_layout_is_refused_in_one_line(tmp_path, demo_spec):
+    """A state the operator now keeps otherwise (per join key before shards; values as tuples before
+    their JSON text), which it cannot read: the start-up guard says so and how to rebuild, instead
+    of Spark's state schema error or rows of the wrong shape."""
     import json
 
     from jobs.spec import Engine
     from jobs.steps.stream import CheckpointSpecMismatch, guard_checkpoint_spec
-    from jobs.storage.checkpoints import SPEC_RECORD
+    from jobs.storage.checkpoints import PACED_LAYOUT_RECORD, SPEC_RECORD
 
     paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
     cp = tmp_path / "checkpoints" / "stream_join"
     guard_checkpoint_spec(paced, str(cp))
     (cp / "commits").mkdir()
     (cp / "commits" / "0").write_text("v1\n{}\n")
-    guard_checkpoint_spec(paced, str(cp))  # recorded with its shards: continues
+    guard_checkpoint_spec(paced, str(cp))  # recorded with this layout: continues
+    (cp / PACED_LAYOUT_RECORD).unlink()  # as the sharded operator of tuples left it
+    with pytest.raises(CheckpointSpecMismatch, match=r"as Python tuples.*joinshift replay"):
+        guard_checkpoint_spec(paced, str(cp))
     old = json.loads((cp / SPEC_RECORD).read_text())
     del old["streaming"]["paced"]["shards"]  # as the per-key operator recorded it
     (cp / SPEC_RECORD).write_text(json.dumps(old))
