@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a P6 window, e.g. --lag-window=-10m,10m; 'spec' for the spec's (repeatable; default: spec and -10m,10m)",
     )
     p.add_argument("--shards", type=int, help="the paced operator's shards (default: the spec's)")
+    p.add_argument("--pt-percentile", type=float, help="the paced engine's PT statistic (default: the spec's, 5)")
     p.add_argument("--throughput-only", action="store_true", help="leave out P6 and P4")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-paced"), help="scratch folder (wiped)")
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results" / "paced.json"), help="result file")
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             _with_window(default_spec(), w)
     except ValueError:  # a pair that is not two durations, lower before upper (pydantic's error is one)
         p.error("--lag-window takes LOWER,UPPER in the spec's duration grammar, e.g. --lag-window=-10m,10m")
+    if args.pt_percentile is not None and not 0 <= args.pt_percentile <= 100:
+        p.error("--pt-percentile takes a percentile from 0 to 100, e.g. --pt-percentile 50")
 
     from pyspark.sql import functions as F
 
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                     "paced": native.streaming.paced.model_copy(
                         update={"max_records_per_batch": args.batch_records}
                         | ({"shards": args.shards} if args.shards else {})
+                        | ({"pt_percentile": args.pt_percentile} if args.pt_percentile is not None else {})
                     ),
                 }
             )
