@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.operate.checkpoint import paced_state_summary
     from jobs.spec import Engine
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.kafka import create_topic, offsets_for_time
@@ -193,9 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=0,
                     )
                 else:  # its state as of every micro-batch, read back from the state store
-                    reads = [_paced_state(spark, spec, rs, p["batchId"]) for p in progress]
+                    checkpoint = Tables.of(spec, rs).checkpoint(JOIN_QUERY)
+                    reads = [paced_state_summary(spark, checkpoint, p["batchId"]) for p in progress]
                     state_reads = state_reads or reads
-                    peak = max((r["rows"] for r in reads), default=0)
+                    peak = max((r["events"] for r in reads), default=0)
                 lag[engine] = {
                     "wall_s": round(wall, 1),
                     "micro_batches": len(progress),
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         result["p6_right_2h_behind"] = {"goal": ">= 5 at an equal match rate", "by_window": p6}
         raw = sum(r["raw_bytes"] for r in state_reads)
         stored = sum(r["stored_bytes"] for r in state_reads)
-        rows = sum(r["rows"] for r in state_reads)
+        rows = sum(r["events"] for r in state_reads)
         result["p4_state_bytes_per_row"] = {
             "state_reads": len(state_reads),
             "raw_per_row": round(raw / rows, 1) if rows else None,
@@ -239,35 +241,6 @@ def _write(result: dict, out: str) -> int:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text + "\n")
     return 0
-
-
-def _paced_state(spark, spec, s, batch_id: int) -> dict:
-    """The paced operator's state as of ``batch_id``, read back from its state store: keys,
-    buffered events (left and right, and non-matches still amendable), bytes pickled and stored."""
-    import pickle
-
-    from jobs.join.paced_state import FolderDictionaries, StateCodec
-    from jobs.steps.stream import paced_source_dir
-    from jobs.storage.progress import JOIN_QUERY
-    from jobs.storage.tables import Tables
-
-    state = (
-        spark.read.format("statestore")
-        .option("path", Tables.of(spec, s).checkpoint(JOIN_QUERY))
-        .option("stateVarName", "buffers")
-        .option("batchId", batch_id)
-        .load()
-    )
-    codec = StateCodec.of(FolderDictionaries(str(Path(paced_source_dir(spec, s)) / "dictionaries")))
-    out = {"batch": batch_id, "keys": 0, "rows": 0, "raw_bytes": 0, "stored_bytes": 0}
-    for row in state.select("user_map_value.buffers").toLocalIterator():  # a key's buffers: one map value
-        blob = bytes(row[0])
-        key_state = codec.loads(blob)
-        out["keys"] += 1
-        out["rows"] += len(key_state.lefts) + len(key_state.rights) + len(key_state.amendable)
-        out["raw_bytes"] += len(pickle.dumps(key_state, protocol=pickle.HIGHEST_PROTOCOL))
-        out["stored_bytes"] += len(blob)
-    return out
 
 
 if __name__ == "__main__":

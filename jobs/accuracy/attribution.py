@@ -37,6 +37,7 @@ from jobs.join.records import arrival_ds
 from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
+from jobs.storage.checkpoints import kafka_offsets
 from jobs.storage.progress import paced_entry
 
 
@@ -59,25 +60,14 @@ def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, 
     for batch_id, p in sorted(latest.items()):
         wm = batch_clock(p)
         for src in p.get("sources", []):
-            end = _parse_offsets(src.get("endOffset"))
-            start = _parse_offsets(src.get("startOffset"))
+            end = kafka_offsets(src.get("endOffset"))
+            start = kafka_offsets(src.get("startOffset"))
             for topic, parts in end.items():
                 for part, end_off in parts.items():
                     start_off = start.get(topic, {}).get(part, 0)
                     if end_off > start_off:
                         rows.append((batch_id, topic, int(part), int(start_off), int(end_off), wm))
     return rows
-
-
-def _parse_offsets(value) -> dict[str, dict[str, int]]:
-    import json
-
-    if not value:
-        return {}
-    if isinstance(value, str):
-        value = json.loads(value)
-    # "@paced": not a topic, the paced engine's own entry
-    return {t: {str(k): int(v) for k, v in parts.items()} for t, parts in value.items() if not t.startswith("@")}
 
 
 def batch_clock(p: dict) -> int:

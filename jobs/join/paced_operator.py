@@ -67,8 +67,9 @@ STATE_LAYOUTS = {
     1: "its state per join key, from before it was kept by shard (streaming.paced.shards)",
     2: "buffered events' values as Python tuples, from before they were kept as their JSON text",
 }
-#: A join key's buffers, one value of the shard's map state.
-_BUFFERS = StructType([StructField("buffers", BinaryType())])
+#: A join key's buffers, one value of the shard's map state (its state variable, and the value's field).
+BUFFERS = "buffers"
+_BUFFERS = StructType([StructField(BUFFERS, BinaryType())])
 #: A shard's index: its keys' next timers (pickled ``{key: due}``) and the one timer it registered.
 _INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
 _SHARD = "paced_shard"
@@ -217,7 +218,7 @@ class PacedJoinProcessor(StatefulProcessor):
         from pyspark.sql import Row
 
         self.handle = handle
-        self.buffers = handle.getMapState("buffers", self.key_schema, _BUFFERS)
+        self.buffers = handle.getMapState(BUFFERS, self.key_schema, _BUFFERS)
         self.index = handle.getValueState("index", _INDEX)
         self.codec = StateCodec.of(self.dictionaries)
         self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import pickle
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -139,3 +140,17 @@ class StateCodec:
                 raise RuntimeError(f"the paced operator's state dictionary {name} is missing: its folder was deleted")
             self._loaded[name] = zstandard.ZstdCompressionDict(data)
         return self._loaded[name]
+
+
+def buffer_sizes(blobs: Iterable[bytes], store: Dictionaries | None) -> dict[str, int]:
+    """What stored buffers hold: ``keys`` (one blob a key), ``events`` (buffered left and right
+    events, and non-matches still amendable), ``raw_bytes`` (pickled) and ``stored_bytes``."""
+    codec = StateCodec.of(store)
+    out = dict.fromkeys(("keys", "events", "raw_bytes", "stored_bytes"), 0)
+    for blob in blobs:
+        state = codec.loads(blob)
+        out["keys"] += 1
+        out["events"] += len(state.lefts) + len(state.rights) + len(state.amendable)
+        out["raw_bytes"] += len(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        out["stored_bytes"] += len(blob)
+    return out

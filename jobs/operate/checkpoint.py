@@ -54,6 +54,13 @@ STATE_BYTES_NOTE = (
     "the side's store files under state/ (changelogs and snapshots of every retained version, so an upper "
     "bound of what a restart reads)."
 )
+#: How the paced operator's state is measured (also returned by inspect).
+PACED_STATE_NOTE = (
+    "keys: join keys holding buffers (the paced operator's map state 'buffers', format 'statestore', option "
+    "stateVarName) at the last committed batch; events: their buffered left and right events and non-matches "
+    "still amendable; raw_bytes: the buffers pickled; stored_bytes: as stored (zstandard, with the run's "
+    "dictionary); disk_bytes: size of the operator's store files under state/ (every retained version)."
+)
 
 
 # ------------------------------------------------------------------------------- inspect
@@ -73,7 +80,8 @@ def _lag(committed: dict[str, dict[int, int]], ends: dict[str, dict[int, int]]) 
 
 
 def state_summary(spark, checkpoint: str) -> dict[str, Any]:
-    """Rows and bytes per join side via Spark's state data sources (see STATE_BYTES_NOTE)."""
+    """Rows and bytes per join side via Spark's state data sources (see STATE_BYTES_NOTE); for the
+    paced engine's operator, its buffers (:func:`paced_state_summary`)."""
     from pyspark.sql import functions as F
 
     loc = str(checkpoint)
@@ -84,6 +92,13 @@ def state_summary(spark, checkpoint: str) -> dict[str, Any]:
     spark.streams.active  # noqa: B018
     meta = [r.asDict() for r in spark.read.format("state-metadata").load(loc).collect()]
     out["operators"] = meta
+    paced = [m["operatorId"] for m in meta if "transformwithstate" in str(m.get("operatorName", "")).lower()]
+    if paced:
+        op_dir = fs.join(loc, "state", str(paced[0]))  # a store per partition: its files in the partition's folder
+        parts = [part for part, is_dir in fs.listdir(op_dir) if is_dir and part.isdigit()]
+        on_disk = sum(fs.size(fs.join(op_dir, part)) for part in parts)
+        summary = paced_state_summary(spark, loc)
+        return {"measured": PACED_STATE_NOTE, "operators": meta, "paced": {**summary, "disk_bytes": on_disk}}
     join_ops = sorted({m["operatorId"] for m in meta if "join" in str(m.get("operatorName", "")).lower()})
     op_id = join_ops[0] if join_ops else 0
     out["join_operator_id"] = op_id
@@ -106,6 +121,30 @@ def state_summary(spark, checkpoint: str) -> dict[str, Any]:
             "disk_bytes": disk.get(side, 0),
         }
     return out
+
+
+def paced_state_summary(spark, checkpoint: str, batch_id: int | None = None) -> dict[str, int]:
+    """The paced operator's buffers as of ``batch_id`` (default: the last committed), read from its
+    state store and decoded where they are (:func:`jobs.join.paced_state.buffer_sizes`)."""
+    import pandas as pd
+
+    from jobs.join.paced_operator import BUFFERS
+    from jobs.join.paced_state import FolderDictionaries, buffer_sizes
+    from jobs.steps.stream import dictionaries_of
+
+    dictionaries = dictionaries_of(str(checkpoint))
+    store = FolderDictionaries(dictionaries) if dictionaries else None
+    reader = spark.read.format("statestore").option("path", str(checkpoint)).option("stateVarName", BUFFERS)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+
+    def sizes(batches):
+        total = buffer_sizes((bytes(b) for pdf in batches for b in pdf[BUFFERS]), store)
+        yield pd.DataFrame({k: [v] for k, v in total.items()})
+
+    blobs = reader.load().select(f"user_map_value.{BUFFERS}")
+    parts = blobs.mapInPandas(sizes, "keys long, events long, raw_bytes long, stored_bytes long").collect()
+    return {k: int(sum(r[k] for r in parts)) for k in ("keys", "events", "raw_bytes", "stored_bytes")}
 
 
 def _state_disk_bytes(op_dir: str) -> dict[str, int]:
@@ -218,7 +257,13 @@ def render_inspection(info: dict[str, Any]) -> str:
     else:
         lines.append(f"  lag                   unknown ({kafka.get('reason', '')})")
     state = info.get("state", {})
-    if state.get("status") == "ok":
+    if state.get("status") == "ok" and "paced" in state:
+        z = state["paced"]
+        lines.append(
+            f"  state (paced)         {z['keys']} keys, {z['events']} buffered events, {z['stored_bytes']} bytes "
+            f"stored ({z['raw_bytes']} pickled), {z['disk_bytes']} bytes on disk"
+        )
+    elif state.get("status") == "ok":
         for side in SIDES:
             s = state[side]
             lines.append(

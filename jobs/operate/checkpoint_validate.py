@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs.spec import Engine
 from jobs.storage import fs
 from jobs.storage.checkpoints import (
     CheckpointError,
@@ -279,11 +280,12 @@ def _check_state(cp: str, h: CheckpointHealth, conf: dict[str, str], hint: str) 
 def _check_spec(h: CheckpointHealth, spec: Any, entries: list[Any], conf: dict[str, str], hint: str) -> None:
     sources = entries[1:]
     expected = {spec.left.topic, spec.right.topic}
-    if len(sources) != 2:
+    reads = 1 if spec.streaming.engine == Engine.paced else 2  # the paced engine's one source reads both topics
+    if len(sources) != reads:
         h.add(
             "incompatible_sources",
             "error",
-            f"the checkpoint has {len(sources)} source(s); the spec's join reads 2 (topics "
+            f"the checkpoint has {len(sources)} source(s); the spec's join reads {reads} (topics "
             f"{spec.left.topic}, {spec.right.topic}). Spark does not allow changing the number of sources "
             f"between restarts. {hint}",
         )

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,10 +48,11 @@ from jobs.join.paced import METRICS
 from jobs.join.pt_estimator import PTEstimator
 from jobs.operate.health import health_log, kafka_lag, restart_log
 from jobs.settings import Settings
-from jobs.spec import JoinSpec
+from jobs.spec import Engine, JoinSpec
 from jobs.spec.avro import Encoding
 from jobs.storage import kafka
-from jobs.storage.progress import JOIN_QUERY, paced_counters, recent_progress
+from jobs.storage.checkpoints import kafka_offsets
+from jobs.storage.progress import JOIN_QUERY, paced_counters, paced_entry, recent_progress
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -262,7 +264,10 @@ def assess(
             + ", ".join(f"{name} {n:,}" for name, n in paced.items())
         )
 
-    for x in SIDES:
+    pacing = paced_entry(last) if last else None
+    if pacing is not None:  # the paced engine: its watermark is the right PT, kept synchronized with the left's
+        _pt_sync(spec, h, pacing, add)
+    for x in SIDES if pacing is None else ():
         pt = pt_ms.get(x)
         margin = (pt - wm_ms) / 1000 if pt is not None and wm_ms is not None else None
         c = add("pt_margin", x, margin, t.min_pt_margin.total_seconds(), "duration", rule="min")
@@ -274,6 +279,19 @@ def assess(
     return h
 
 
+def _pt_sync(spec: JoinSpec, h: StreamHealth, pacing: dict[str, Any], add: Callable[..., Check]) -> None:
+    """The paced source's PTs (the ones its micro-batch ran with), and how far they are from the
+    synchronization point ``left_PT + upper = right_PT`` (§5.2): past ``max_drift`` the left stream
+    is paused, waiting for a right stream that is behind (an outage, a backfill)."""
+    pts = {x: pacing.get(f"{x}_pt") for x in SIDES}
+    known = {x: v for x, v in pts.items() if isinstance(v, int | float) and v >= 0}
+    h.pt = {x: _iso_ms(known.get(x)) for x in SIDES}
+    gap = (known["left"] + spec.window.upper_seconds * 1000 - known["right"]) / 1000 if len(known) == 2 else None
+    c = add("pt_sync", None, gap, spec.streaming.paced.max_drift.total_seconds(), "duration")
+    said = [f"{x} {what}" for what in ("paused", "idle") for x in pacing.get(what) or []]
+    c.note = ", ".join(said) if gap is not None else "PT not known on both streams yet"
+
+
 def _iso_ms(ms: float | None) -> str | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
@@ -283,22 +301,14 @@ def _iso_ms(ms: float | None) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _offsets(value: Any) -> dict[str, dict[int, int]]:
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = json.loads(value)
-    if not isinstance(value, dict):
-        return {}
-    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in value.items() if isinstance(parts, dict)}
-
-
 def batch_ranges(progress: list[dict[str, Any]], topic: str) -> list[dict[int, tuple[int, int]]]:
     """Per micro-batch (oldest first), ``{partition: (start, end)}`` it read of ``topic``."""
     out = []
     for p in progress:
         r: dict[int, tuple[int, int]] = {}
         for src in p.get("sources", []):
-            start, end = _offsets(src.get("startOffset")).get(topic, {}), _offsets(src.get("endOffset")).get(topic, {})
+            start = kafka_offsets(src.get("startOffset")).get(topic, {})
+            end = kafka_offsets(src.get("endOffset")).get(topic, {})
             for part, e in end.items():
                 if part in start and e > start[part]:
                     r[part] = (start[part], e)
@@ -386,8 +396,9 @@ def snapshot(
         if progress:
             lag, age = kafka_lag(spec, progress[-1], bootstrap, now=now, timeout_s=kafka_timeout_s)
             source, sampled = "kafka", now
-            times = _event_times(spec, progress, bootstrap, max_records=pt_max_records, timeout_s=kafka_timeout_s)
-            pt = pt_per_stream(times)
+            if spec.streaming.engine != Engine.paced:  # the paced source logs the PTs it runs with
+                times = _event_times(spec, progress, bootstrap, max_records=pt_max_records, timeout_s=kafka_timeout_s)
+                pt = pt_per_stream(times)
     except Exception as e:  # no route to the broker from here: the supervisor's last look
         log.info("stream health of %s without Kafka: %s", spec.pipeline, e)
         sample = last_sample(spec, s)
@@ -397,7 +408,8 @@ def snapshot(
             notes.append(f"Kafka not reachable from here ({type(e).__name__}): lag as the supervisor last recorded it")
         else:
             notes.append(f"Kafka not reachable from here ({type(e).__name__}) and no health sample: lag unknown")
-        notes.append("PT unknown without Kafka (it is estimated from the records' event times)")
+        if spec.streaming.engine != Engine.paced:
+            notes.append("PT unknown without Kafka (it is estimated from the records' event times)")
     return assess(
         spec,
         progress,

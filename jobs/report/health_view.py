@@ -15,6 +15,7 @@ LABELS = {
     "lag_records": "Lag (records)",
     "lag_time": "Lag (oldest unread)",
     "pt_margin": "PT ahead of watermark",
+    "pt_sync": "PT sync gap (left PT + upper - right PT)",
     "state_rows": "State rows",
     "state_bytes": "State memory",
     "batch_age": "Last micro-batch age",

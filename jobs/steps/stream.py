@@ -27,7 +27,6 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -266,13 +265,23 @@ def start_streaming_join(
     return tuple(queries)
 
 
+PACED_SOURCE, DICTIONARIES = "paced_source", "dictionaries"
+
+
 def paced_source_dir(spec: JoinSpec, s: Settings | None = None) -> str:
     """Where the paced engine's source keeps its estimators' snapshots and a drain request: beside
     the join's checkpoint on a local storage root, else on this machine (``local_root``)."""
     local = fs.local(Tables.of(spec, s).checkpoint(JOIN_QUERY))
     if local is not None:
-        return str(local / "paced_source")
-    return str((s or settings()).local_path("paced_source", spec.pipeline))
+        return str(local / PACED_SOURCE)
+    return str((s or settings()).local_path(PACED_SOURCE, spec.pipeline))
+
+
+def dictionaries_of(checkpoint: str) -> str | None:
+    """The folder of the paced operator's compression dictionaries: beside a local checkpoint,
+    where every executor reads them; None on an object store (its state is plain zstandard)."""
+    local = fs.local(checkpoint)
+    return str(local / PACED_SOURCE / DICTIONARIES) if local is not None else None
 
 
 def _paced_stream(
@@ -297,9 +306,8 @@ def _paced_stream(
     )
     aligned_source.register(spark)
     raw = spark.readStream.format(aligned_source.NAME).option("pacing", pacing.option()).load()
-    # the state's compression dictionaries beside the checkpoint, where every executor reads them
-    local = fs.is_local((s or settings()).storage_root)
-    return paced_join(raw, spec, FolderDictionaries(str(Path(state_dir) / "dictionaries")) if local else None)
+    dictionaries = dictionaries_of(Tables.of(spec, s).checkpoint(JOIN_QUERY))
+    return paced_join(raw, spec, FolderDictionaries(dictionaries) if dictionaries else None)
 
 
 def start_quarantine(

@@ -92,15 +92,31 @@ def read_query_id(checkpoint: str) -> str:
     return str(data["id"])
 
 
+def kafka_offsets(offset: Any) -> dict[str, dict[int, int]]:
+    """``{topic: {partition: offset}}`` of one source offset (a line of a checkpoint's offsets file,
+    or a progress line's start or end offset; a dict or its JSON text). Entries that are not a
+    topic's offsets are left out: the paced source's own (``@paced``, the PTs a micro-batch ran
+    with: :mod:`jobs.storage.aligned_source`; no Kafka topic can be named so)."""
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return {}
+    if not isinstance(offset, dict):
+        return {}
+    return {
+        topic: {int(p): int(o) for p, o in parts.items()}
+        for topic, parts in offset.items()
+        if isinstance(parts, dict) and not topic.startswith("@")
+    }
+
+
 def source_offsets(entries: list[Any]) -> dict[str, dict[int, int]]:
     """Merge the per-source offset lines of an offsets file into ``{topic: {partition: offset}}``."""
     out: dict[str, dict[int, int]] = {}
     for src in entries[1:]:
-        if not src:
-            continue
-        for topic, parts in src.items():
-            if isinstance(parts, dict):
-                out.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+        for topic, parts in kafka_offsets(src).items():
+            out.setdefault(topic, {}).update(parts)
     return out
 
 

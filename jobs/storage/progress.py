@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from jobs.storage import fs
+from jobs.storage.checkpoints import kafka_offsets
 
 log = logging.getLogger("joinshift.progress")
 
@@ -180,11 +181,8 @@ def end_offsets_read(progress: dict[str, Any]) -> dict[str, dict[int, int]]:
     """``{topic: {partition: offset}}`` a micro-batch read up to (its sources' end offsets)."""
     done: dict[str, dict[int, int]] = {}
     for src in progress.get("sources", []):
-        for topic, parts in _end_offset(src).items():
-            if topic.startswith("@"):  # not a topic: the paced engine's own entry (jobs.storage.aligned_source)
-                continue
-            for part, off in parts.items():
-                done.setdefault(topic, {})[int(part)] = int(off)
+        for topic, parts in kafka_offsets(src.get("endOffset")).items():
+            done.setdefault(topic, {}).update(parts)
     return done
 
 

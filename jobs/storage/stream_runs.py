@@ -24,6 +24,7 @@ from typing import Any
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 from jobs.storage import fs
+from jobs.storage.checkpoints import kafka_offsets
 
 REPLAY_AS_LIVE, LIVE, BACKLOG = "replay-as-live", "live", "backlog"
 #: More than this many trigger intervals of arrivals waiting when an increment starts: a backlog run.
@@ -41,13 +42,7 @@ def topics_read(spec: JoinSpec, progress: dict[str, Any] | None) -> dict[str, st
     that names either, the spec's topics."""
     read: set[str] = set()
     for src in (progress or {}).get("sources", []):
-        end = src.get("endOffset") or {}
-        if isinstance(end, str):
-            try:
-                end = json.loads(end)
-            except ValueError:
-                end = {}
-        read.update(end if isinstance(end, dict) else {})
+        read.update(kafka_offsets(src.get("endOffset")))
     replay = replay_topics(spec)
     return {
         side: replay[side] if replay[side] in read and spec.side(side).topic not in read else spec.side(side).topic

@@ -209,6 +209,15 @@ def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
     with pytest.raises(StreamingQueryException, match="simulated crash"):
         run_stream(spark, spec, kafka, crashed, on_batch=crash)
     assert 0 < output(spark, spec, crashed).count() < expected.count()
+    # what an operator asks before the restart: `joinshift checkpoint inspect` reads a paced checkpoint too
+    from jobs.operate.checkpoint import inspect_checkpoint, render_inspection
+
+    info = inspect_checkpoint(spark, Tables.of(spec, crashed).checkpoint(JOIN_QUERY), spec=spec)
+    assert info["health"]["ok"], info["health"]
+    assert set(info["committed_offsets"]) == {spec.left.topic, spec.right.topic}
+    held = info["state"]["paced"]
+    assert held["keys"] > 0 and held["events"] > 0 and 0 < held["stored_bytes"] < held["raw_bytes"], held
+    assert f"{held['events']} buffered events" in render_inspection(info)
     run_stream(spark, spec, kafka, crashed)  # from the checkpoint: that batch again, the estimators restored
     got = output(spark, spec, crashed)
     assert got.count() == got.distinct().count(), "duplicated output rows"

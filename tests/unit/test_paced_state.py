@@ -4,6 +4,7 @@ a dictionary is found again by any process that reads its blobs."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,11 @@ import pytest
 import zstandard
 
 from jobs.join.paced import Event, KeyState
-from jobs.join.paced_state import TRAIN_AFTER, FolderDictionaries, StateCodec
+from jobs.join.paced_state import TRAIN_AFTER, FolderDictionaries, StateCodec, buffer_sizes
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def key_state(k: int, rng: random.Random) -> KeyState:
@@ -20,9 +25,11 @@ def key_state(k: int, rng: random.Random) -> KeyState:
     for i in range(rng.randint(1, 4)):
         t = datetime(2026, 11, 20, tzinfo=UTC) + timedelta(seconds=rng.randint(0, 86_400))
         ms = int(t.timestamp() * 1000)
-        row = (f"R{k}_{i}", f"s{k}", t, "click", rng.randint(1, 9), t + timedelta(seconds=5), 0, rng.randint(0, 10**6))
-        s.rights.append(Event(ms, ms + 5000, 0, row[-1], row[0], row))
-        s.seen[("r", row[0])] = ms
+        offset, at = rng.randint(0, 10**6), t + timedelta(seconds=5)
+        values = [f"R{k}_{i}", f"s{k}", _iso(t), "click", rng.randint(1, 9), _iso(at), 0, offset]
+        row = json.dumps(dict(zip(map(str, range(len(values))), values)), separators=(",", ":"))  # as Spark packs it
+        s.rights.append(Event(ms, ms + 5000, 0, offset, values[0], row))
+        s.seen[("r", values[0])] = ms
     return s
 
 
@@ -65,3 +72,21 @@ def test_without_a_dictionary_store_buffers_are_plain_zstandard():
     states = [key_state(k, rng) for k in range(TRAIN_AFTER + 10)]
     blobs = [codec.dumps(s)[0] for s in states]
     assert {b[:1] for b in blobs} == {b"z"} and codec.loads(blobs[-1]) == states[-1]
+
+
+def test_buffer_sizes_count_what_stored_buffers_hold(tmp_path):
+    """What `joinshift checkpoint inspect` and bench.paced read back from a paced state store."""
+    rng = random.Random(5)
+    store = FolderDictionaries(str(tmp_path))
+    states = [key_state(k, rng) for k in range(TRAIN_AFTER + 20)]
+    states[0].lefts.append(states[0].rights[0])
+    blobs = [StateCodec.of(store).dumps(s)[0] for s in states]
+    StateCodec._codecs.clear()
+    StateCodec._loaded.clear()  # read by another process, which finds the dictionary in the folder
+    assert buffer_sizes(blobs, store) == {
+        "keys": len(states),
+        "events": sum(len(s.rights) for s in states) + 1,
+        "raw_bytes": sum(len(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)) for s in states),
+        "stored_bytes": sum(len(b) for b in blobs),
+    }
+    assert buffer_sizes([], None) == {"keys": 0, "events": 0, "raw_bytes": 0, "stored_bytes": 0}

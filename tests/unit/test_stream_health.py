@@ -170,6 +170,61 @@ def test_late_drop_rate_counts_the_window_before_the_last_batch_only():
     assert late_drops([], 3600) == (0, 0, 0)
 
 
+def test_a_paced_micro_batchs_offsets_leave_its_own_entry_out(demo_spec):
+    """The paced engine's one source reads both topics; its end offset also holds the PTs the batch
+    ran with under "@paced", which is no topic: every reader of offsets skips it (it used to
+    raise ValueError, so health reported Kafka unreachable and `checkpoint inspect` failed)."""
+    from jobs.storage.checkpoints import kafka_offsets, source_offsets
+    from jobs.storage.progress import end_offsets_read, paced_entry
+    from jobs.storage.stream_runs import topics_read
+
+    pacing = {"seq": 4, "left_pt": 1, "right_pt": 2, "paused": ["left"], "idle": [], "steps": 3}
+    end = {"search_clicks": {"0": 10, "1": 12}, "search_responses": {"0": 20}, "@paced": pacing}
+    start = {"search_clicks": {"0": 4, "1": 12}, "search_responses": {"0": 15}, "@paced": {**pacing, "seq": 3}}
+    line = {**_batch(2, minutes=0, rows=11), "sources": [{"startOffset": start, "endOffset": json.dumps(end)}]}
+    assert kafka_offsets(end) == {"search_clicks": {0: 10, 1: 12}, "search_responses": {0: 20}}
+    assert kafka_offsets(None) == kafka_offsets("not json") == {}
+    assert batch_ranges([line], "search_clicks") == [{0: (4, 10)}]
+    assert batch_ranges([line], "search_responses") == [{0: (15, 20)}]
+    assert end_offsets_read(line) == kafka_offsets(end)
+    assert paced_entry(line) == pacing
+    assert topics_read(demo_spec, line) == {"left": "search_responses", "right": "search_clicks"}
+    assert source_offsets(["v1", end]) == kafka_offsets(end)  # a checkpoint's offsets file: the same rule
+
+
+def test_a_paced_pipelines_pts_are_its_sources_and_their_synchronization_is_checked(demo_spec):
+    """The paced engine's watermark is its right PT, so "PT ahead of watermark" would warn on every
+    healthy paced stream (the left PT sits a window's upper bound behind it). Its PTs are the ones
+    its source ran with, and what is checked is how far they are from ``left_PT + upper = right_PT``:
+    past ``max_drift`` the left stream is paused behind a right stream that fell behind."""
+    from jobs.spec import Engine
+
+    spec = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
+    upper = spec.window.upper_seconds * 1000
+    left_pt = int(T0.timestamp() * 1000)
+
+    def paced_line(i: int, right_pt: int, paused: list[str]) -> dict:
+        entry = {"seq": i, "left_pt": left_pt, "right_pt": right_pt, "paused": paused, "idle": []}
+        end = {"search_clicks": {"0": 5 * i}, "search_responses": {"0": 10 * i}, "@paced": entry}
+        line = {**_batch(i, minutes=i, rows=100), "sources": [{"startOffset": None, "endOffset": end}]}
+        line["eventTime"] = {"watermark": _iso(datetime.fromtimestamp(right_pt / 1000, UTC))}
+        return line
+
+    synced = assess(spec, [paced_line(1, left_pt + upper - 120_000, [])], now=T0.timestamp() + 120)
+    assert synced.pt == {"left": "2026-11-22T10:00:00+00:00", "right": "2026-11-22T10:28:00+00:00"}
+    assert [c.name for c in synced.checks if c.name.startswith("pt_")] == ["pt_sync"]
+    sync = synced.check("pt_sync")
+    assert (sync.value, sync.threshold, sync.status) == (120, 600, "ok")
+
+    behind = assess(spec, [paced_line(2, left_pt + upper - 7_200_000, ["left"])], now=T0.timestamp() + 180)
+    sync = behind.check("pt_sync")
+    assert (sync.value, sync.status, sync.note) == (7200, "warn", "left paused") and behind.status == "warn"
+    assert "PT sync gap (left PT + upper - right PT)" in render_health(behind, now=T0.timestamp() + 180)
+
+    native = assess(demo_spec, [_batch(1, minutes=0, rows=10)], now=T0.timestamp() + 60)
+    assert {c.name for c in native.checks if c.name.startswith("pt_")} == {"pt_margin"}
+
+
 def test_the_paced_operators_late_drops_count_where_spark_counts_none():
     """The paced engine decides lateness in its operator (no event-time column for Spark to drop
     rows by): its ``right_late_dropped`` counter, noted in the progress line, is the drop count."""
