@@ -15,6 +15,8 @@ from jobs.join.pt_estimator import PTEstimator
 SIDES = ("left", "right")
 #: Pacing steps per micro-batch at most (:func:`pace_steps`); ``max_records_per_batch`` bounds it too.
 MAX_STEPS = 256
+#: Records a stream admits per pacing step while a PT is still unknown (:func:`pace_steps`).
+WARMUP_RECORDS = 200
 
 
 @dataclass
@@ -75,6 +77,7 @@ def pace_steps(
     drift: int,
     q: float,
     max_steps: int = MAX_STEPS,
+    warmup: int = WARMUP_RECORDS,
 ) -> tuple[Candidates, list[str], int]:
     """One micro-batch's admission as a run of :func:`pace` steps: each step admits what the PTs
     so far allow, feeds each stream's estimator with what it admitted (a step is the estimator's
@@ -83,14 +86,21 @@ def pace_steps(
     the next micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the
     drift fell behind. Stops when nothing more is admitted, or when a stream has used up what was
     read ahead of it (it may hold more, which the next micro-batch reads: treating it as idle here
-    would let the other run past it). ``pt`` is updated in place; returns what each stream
-    admitted, what the last step paused, and the steps taken."""
+    would let the other run past it). While either PT is unknown (an estimator needs its first
+    ascending windows, ``pt_windows`` steps), nothing bounds either stream, so each admits at most
+    ``warmup`` records a step: the PTs are known a few hundred records in, not after as many
+    micro-batches of unbounded reading (in a backlog with the right stream 2 h behind, the left ran
+    ~3 h ahead in its first five micro-batches, whose events were most of the state's peak).
+    ``pt`` is updated in place; returns what each stream admitted, what the last step paused, and
+    the steps taken."""
     taken: Candidates = {s: [] for s in SIDES}
     remaining = {s: list(candidates[s]) for s in SIDES}
     paused: list[str] = []
     steps = 0
     while steps < max_steps:
         admitted, paused = pace(remaining, pt, upper=upper, drift=drift, q=q)
+        if pt["left"] is None or pt["right"] is None:
+            admitted = {side: recs[:warmup] for side, recs in admitted.items()}
         if not admitted["left"] and not admitted["right"]:
             break
         steps += 1

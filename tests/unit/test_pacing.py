@@ -83,3 +83,21 @@ def test_steps_stop_where_a_stream_used_up_what_was_read_ahead_of_it():
     pt = {"left": 0, "right": 30}
     got, _, _ = pace_steps({"left": left, "right": right}, pt, estimators(), upper=UPPER, drift=DRIFT, q=100)
     assert len(got["left"]) == 3 and pt["right"] <= 2 + UPPER
+
+
+def test_while_a_pt_is_unknown_both_streams_step_in_small_chunks_so_it_is_known_early():
+    # the right stream 2 h behind the left, in minutes: at one step per micro-batch until the PTs
+    # were known, the left ran its whole read-ahead (3 h here) past the synchronization point
+    left, right = waiting("l", *range(120, 300)), waiting("r", *range(0, 180))
+    pt: dict = {"left": None, "right": None}
+    got, paused, steps = pace_steps(
+        {"left": left, "right": right}, pt, estimators(), upper=UPPER, drift=DRIFT, q=100, warmup=20
+    )
+    assert pt["left"] is not None and pt["right"] is not None and steps > 2
+    assert len(got["left"]) == 40  # two chunks of 20, then paused while the right, 2 h behind, catches up
+    assert len(got["right"]) == 180 and pt == {"left": 159, "right": 179}  # as far as it was read ahead
+    whole, _, _ = pace_steps(
+        {"left": left, "right": right}, {"left": None, "right": None}, estimators(), upper=UPPER, drift=DRIFT, q=100,
+        warmup=1000,
+    )  # fmt: skip
+    assert len(whole["left"]) == 180  # without the chunks: all of it in one step, unpaced
