@@ -135,12 +135,7 @@ def step(
     out = Output()
     lefts = _unseen(state, new_lefts, "l", rules, out)
     rights = _unseen(state, new_rights, "r", rules, out)
-    # ids kept as long as a re-sent record could still be joined; forgotten only after this
-    # micro-batch's records were checked, since its PTs may have jumped past them (a backlog, a
-    # long replay slice) while the re-sent copy arrives in it
     forget_before = rules.left_pt_bound(right_pt)
-    if forget_before is not None:
-        state.seen = {k: until for k, until in state.seen.items() if until >= forget_before}
 
     used = _amend(state, rules, rights, right_pt, out)
     state.rights = sorted([*state.rights, *rights], key=lambda e: e.arrival_order)
@@ -178,19 +173,35 @@ def step(
         kept = [e for e in state.rights if e.t >= horizon]
         out.count("right_late_dropped", sum(1 for e in state.rights if e.t < horizon and id(e) in fresh - used))
         state.rights = kept
+    _forget(state, left_pt)
     out.counts = {k: v for k, v in out.counts.items() if v}
     return out
+
+
+def _forget(state: KeyState, left_pt: int | None) -> None:
+    """Let go of the ids a re-sent copy could no longer be joined by (see :func:`_unseen`), judged
+    by the left PT itself: a bound of it derived from the right PT does not hold while the left
+    stream is idle (the right then runs past the synchronization point, at every replay slice's
+    end), and a left event read after its id was forgotten joined its buffered partners again. An
+    event still held keeps its id. After this micro-batch's records were checked, since its PTs may
+    have jumped past them (a backlog, a long replay slice) while a re-sent copy arrives in it."""
+    if left_pt is None:
+        return
+    held = {("l", e.id) for e in state.lefts} | {("r", e.id) for e in state.rights}
+    held |= {("l", a.left.id) for a in state.amendable}
+    state.seen = {k: until for k, until in state.seen.items() if until >= left_pt or k in held}
 
 
 def next_timer(state: KeyState, rules: Rules) -> int | None:
     """The right PT (the operator's event-time watermark) at which this key has something to do:
     its first open window to close, or its first right event a timer may evict (the left PT then
-    bounded by :meth:`Rules.left_pt_bound`), or its first seen id to forget."""
+    bounded by :meth:`Rules.left_pt_bound`), or its first seen id to forget (once the left PT,
+    synchronized a window's upper bound behind the right one, can have passed it)."""
     # +1: at exactly that right PT the bound reaches the event itself, which stays (a timer fired
     # once is gone: due then must be past it)
     due = [e.t + rules.upper for e in state.lefts]
     due += [e.t - rules.lower + rules.upper + rules.max_drift + 1 for e in state.rights]
-    due += [until + rules.upper + rules.max_drift + 1 for until in state.seen.values()]
+    due += [until + rules.upper + 1 for until in state.seen.values()]
     if rules.horizon is not None:
         due += [a.left.t + rules.upper + rules.horizon for a in state.amendable]
     return min(due) if due else None
@@ -225,8 +236,9 @@ def _unseen(state: KeyState, events: list[Event], side: str, rules: Rules, out: 
         if (side, e.id) in state.seen:
             out.count(name)
             continue
-        # a left's id is needed until its window closes, a right's while a left may match it
-        state.seen[(side, e.id)] = e.t + (rules.upper if side == "l" else -rules.lower)
+        # the left PT past which a copy joins nothing any more (and a drift more): a left's, once
+        # the right events of its window are let go; a right's, once it is
+        state.seen[(side, e.id)] = e.t - rules.lower + rules.max_drift + (rules.upper if side == "l" else 0)
         fresh.append(e)
     return fresh
 

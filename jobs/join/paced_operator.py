@@ -28,7 +28,7 @@ counters (:data:`jobs.join.paced.METRICS`, a sample of the state's sizes) instea
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -189,6 +189,21 @@ def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     return batch.where(F.col(METRIC).isNull()).drop(METRIC, COUNT), counts
 
 
+def due_keys(dues: dict[tuple, int], right_pt: int | None, stepped: Container[tuple] = ()) -> list[tuple]:
+    """A shard's join keys with something to do once the right PT is ``right_pt`` (their next
+    timer at or before it), but those ``stepped`` already."""
+    if right_pt is None:
+        return []
+    return [k for k, due in dues.items() if due <= right_pt and k not in stepped]
+
+
+def shard_timer(dues: dict[tuple, int], watermark: int) -> int | None:
+    """The one timer a shard registers: its earliest key's next timer, but past the watermark (a
+    key can still be due after its step: an id the left PT has not passed yet; a timer at or
+    before the watermark is the one firing now, which Spark deletes once the call is done)."""
+    return max(min(dues.values()), watermark + 1) if dues else None
+
+
 class PacedJoinProcessor(StatefulProcessor):
     """One shard's calls: new rows of a micro-batch, or its timer (the right PT passed something).
 
@@ -237,36 +252,45 @@ class PacedJoinProcessor(StatefulProcessor):
                 by_side[side].append(Event(t, a, p, o, i, r[self.at_row]))
         if not events:  # a drain's ticks: the watermark they move fires the timers
             return
-        dues, timer = self._index()
+        dues, timer, known_lpt = self._index()
         lpt_, rpt_ = None if lpt < 0 else lpt, None if rpt < 0 else rpt
         for k, by_side in events.items():
             yield from self._step(k, by_side["l"], by_side["r"], lpt_, rpt_, dues)
-        self._save_index(dues, timer)
+        # the keys due by this micro-batch's right PT too, not only by the watermark their timers fire
+        # by (Spark's: the last micro-batch's right PT, in a backlog most of an hour earlier)
+        for k in due_keys(dues, rpt_, events):
+            yield from self._step(k, [], [], lpt_, rpt_, dues)
+        self._save_index(dues, timer, lpt_ if lpt_ is not None else known_lpt, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:  # noqa: N802, N803
         watermark = timerValues.getCurrentWatermarkInMs()
-        dues, _ = self._index()  # Spark deletes the timer that fired once this call is done
-        due_now = [k for k, due in dues.items() if due <= watermark]
-        for k in due_now:
-            yield from self._step(k, [], [], None, watermark if watermark > 0 else None, dues)
-        self._save_index(dues, None)
+        dues, _, known_lpt = self._index()  # Spark deletes the timer that fired once this call is done
+        for k in due_keys(dues, watermark):
+            yield from self._step(k, [], [], known_lpt, watermark if watermark > 0 else None, dues)
+        self._save_index(dues, None, known_lpt, watermark)
 
     def close(self) -> None:
         pass
 
-    def _index(self) -> tuple[dict[tuple, int], int | None]:
+    def _index(self) -> tuple[dict[tuple, int], int | None, int | None]:
+        """The shard's keys' next timers, the timer it registered, and the left PT its last rows
+        carried (a lower bound of the left stream's: PT never moves back), which its timers step by."""
         stored = self.index.get()
-        return (pickle.loads(stored[0]), stored[1]) if stored else ({}, None)
+        if not stored:
+            return {}, None, None
+        kept = pickle.loads(stored[0])
+        dues, lpt = kept if isinstance(kept, tuple) else (kept, None)  # a plain dict before the left PT was kept
+        return dues, stored[1], lpt
 
-    def _save_index(self, dues: dict[tuple, int], timer: int | None) -> None:
-        """Keep the shard's index; its one timer moved to its earliest key's (each a state call)."""
-        due = min(dues.values()) if dues else None
-        if timer is not None and timer != due:
+    def _save_index(self, dues: dict[tuple, int], timer: int | None, lpt: int | None, watermark: int) -> None:
+        """Keep the shard's index; its one timer moved (:func:`shard_timer`, each a state call)."""
+        at = shard_timer(dues, watermark)
+        if timer is not None and timer != at:
             self.handle.deleteTimer(timer)
-        if due is not None and due != timer:
-            self.handle.registerTimer(due)
+        if at is not None and at != timer:
+            self.handle.registerTimer(at)
         if dues:
-            self.index.update((pickle.dumps(dues, protocol=pickle.HIGHEST_PROTOCOL), due))
+            self.index.update((pickle.dumps((dues, lpt), protocol=pickle.HIGHEST_PROTOCOL), at))
         else:
             self.index.clear()
 

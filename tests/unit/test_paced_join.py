@@ -95,8 +95,22 @@ def test_a_re_sent_record_is_dropped_and_counted_while_its_window_can_still_be_j
     out = step(s, r, [ev("L", 100)], [ev("R", 101)], None, None)
     assert out.counts == {"left_duplicates": 1, "right_duplicates": 1}
     assert pairs(step(s, r, [], [], 100, 105)) == [("L", "R")]
-    step(s, r, [], [], None, 10_000)  # long after: the ids are forgotten, the key's state is empty
+    step(s, r, [], [], None, 10_000)  # the right PT alone says nothing of the left stream's: kept
+    assert set(s.seen) == {("l", "L"), ("r", "R")} and next_timer(s, r) == 101 + 10 + 2 + 5 + 1  # R's id, then L's
+    step(s, r, [], [], 10_000, 10_005)  # the left PT long after: the ids are forgotten, the state is empty
     assert s.empty() and next_timer(s, r) is None
+
+
+def test_a_left_event_re_sent_after_its_window_closed_is_not_joined_again():
+    """Its copy is read once the left stream resumes, while the clicks of its window are still
+    buffered; the right PT ran far ahead meanwhile (the left was idle: a replay slice's end), so a
+    bound of the left PT derived from it would have let the id go (four duplicate pairs in the
+    demo)."""
+    s, r = KeyState(), rules()
+    step(s, r, [ev("L", 100)], [ev("R", 101)], 100, 103)
+    assert pairs(step(s, r, [], [], 100, 300)) == [("L", "R")] and s.rights  # R may still match later lefts
+    out = step(s, r, [ev("L", 100, arrival=110)], [], 104, 300)  # the left stream resumes: its PT is 104
+    assert out.pairs == [] and out.counts == {"left_duplicates": 1}
 
 
 def test_a_re_sent_record_read_in_a_micro_batch_whose_pts_jump_past_it_is_still_a_duplicate():
