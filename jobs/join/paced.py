@@ -97,9 +97,9 @@ class Amendable:
 
 @dataclass
 class KeyState:
-    """One key's buffers: open left events, buffered right events, the ids seen (with the event
-    time after which they may be forgotten) to drop a record its producer re-sent, and the
-    non-matches that may still be amended."""
+    """One key's buffers: open left events, buffered right events, the ids seen (with the left PT
+    past which they may be forgotten) to drop a record its producer re-sent, and the non-matches
+    that may still be amended."""
 
     lefts: list[Event] = field(default_factory=list)
     rights: list[Event] = field(default_factory=list)
