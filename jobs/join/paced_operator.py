@@ -70,7 +70,8 @@ STATE_LAYOUTS = {
 #: A join key's buffers, one value of the shard's map state (its state variable, and the value's field).
 BUFFERS = "buffers"
 _BUFFERS = StructType([StructField(BUFFERS, BinaryType())])
-#: A shard's index: its keys' next timers (pickled ``{key: due}``) and the one timer it registered.
+#: A shard's index: its keys' next timers and its rows' last left PT (pickled ``({key: due}, left_pt)``;
+#: a plain ``{key: due}`` before the left PT was kept), and the one timer it registered.
 _INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
 _SHARD = "paced_shard"
 #: A row's output values, packed (:func:`_packed`): the operator's input column and its output's two.

@@ -267,12 +267,13 @@ def assess(
     pacing = paced_entry(last) if last else None
     if pacing is not None:  # the paced engine: its watermark is the right PT, kept synchronized with the left's
         _pt_sync(spec, h, pacing, add)
-    for x in SIDES if pacing is None else ():
-        pt = pt_ms.get(x)
-        margin = (pt - wm_ms) / 1000 if pt is not None and wm_ms is not None else None
-        c = add("pt_margin", x, margin, t.min_pt_margin.total_seconds(), "duration", rule="min")
-        if margin is None:
-            c.note = "no watermark yet" if wm_ms is None else "PT unknown"
+    else:
+        for x in SIDES:
+            pt = pt_ms.get(x)
+            margin = (pt - wm_ms) / 1000 if pt is not None and wm_ms is not None else None
+            c = add("pt_margin", x, margin, t.min_pt_margin.total_seconds(), "duration", rule="min")
+            if margin is None:
+                c.note = "no watermark yet" if wm_ms is None else "PT unknown"
 
     statuses = {c.status for c in h.checks}
     h.status = "warn" if "warn" in statuses else "ok" if statuses == {"ok"} else "unknown"
