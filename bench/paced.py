@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a P6 window, e.g. --lag-window=-10m,10m; 'spec' for the spec's (repeatable; default: spec and -10m,10m)",
     )
     p.add_argument("--shards", type=int, help="the paced operator's shards (default: the spec's)")
+    p.add_argument("--blocks", type=int, help="the paced operator's blocks per shard (default: the spec's)")
     p.add_argument("--pt-percentile", type=float, help="the paced engine's PT statistic (default: the spec's, 5)")
     p.add_argument("--throughput-only", action="store_true", help="leave out P6 and P4")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-paced"), help="scratch folder (wiped)")
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                     "paced": native.streaming.paced.model_copy(
                         update={"max_records_per_batch": args.batch_records}
                         | ({"shards": args.shards} if args.shards else {})
+                        | ({"blocks": args.blocks} if args.blocks else {})
                         | ({"pt_percentile": args.pt_percentile} if args.pt_percentile is not None else {})
                     ),
                 }

@@ -28,16 +28,18 @@ counters (:data:`jobs.join.paced.METRICS`, a sample of the state's sizes) instea
 from __future__ import annotations
 
 import pickle
+import zlib
 from collections.abc import Container, Iterator
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, REVISION, col_name, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
-from jobs.join.paced_state import Dictionaries, StateCodec
+from jobs.join.paced_state import Dictionaries, StateCodec, pack_block, unpack_block
 from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
@@ -47,31 +49,26 @@ METRIC, COUNT = "paced_metric", "paced_count"
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
 #: The PT columns every row of the aligned source carries, kept through parsing.
 PACE_COLUMNS = ("left_pt", "right_pt")
-#: The control columns of the tagged stream, besides the join's columns.
-_SIDE, _T, _ARRIVAL, _POS, _OFF, _ID, _LPT, _RPT, _CLOCK = (
-    "paced_side",
-    "paced_t",
-    "paced_arrival",
-    "paced_partition",
-    "paced_offset",
-    "paced_id",
-    "paced_left_pt",
-    "paced_right_pt",
-    "paced_clock",
-)
+#: The control columns of the tagged stream, besides the join's key and packed values: a row's
+#: side, PTs, times, Kafka position and id as one text (:func:`_meta`), its right PT (the watermark's).
+_META, _RPT, _CLOCK = "paced_meta", "paced_right_pt", "paced_clock"
 #: How the operator keeps its state, recorded beside a paced checkpoint (an older one is refused at
 #: start-up, :func:`jobs.steps.stream.guard_checkpoint_spec`): 1 a value state per join key; 2 by
-#: shard, a buffered event's values as a tuple; 3 (now) by shard, its values as their JSON text.
-STATE_LAYOUT = 3
+#: shard, a buffered event's values as a tuple; 3 by shard, a key's buffers one value of its map
+#: state, its values as their JSON text; 4 (now) the keys' buffers in blocks of the shard.
+STATE_LAYOUT = 4
 STATE_LAYOUTS = {
     1: "its state per join key, from before it was kept by shard (streaming.paced.shards)",
     2: "buffered events' values as Python tuples, from before they were kept as their JSON text",
+    3: "a key's buffers one value each, from before they were kept in blocks (streaming.paced.blocks)",
 }
-#: A join key's buffers, one value of the shard's map state (its state variable, and the value's field).
-BUFFERS = "buffers"
+#: A shard's blocks of join keys, its map state by block number (the state variable); a block's
+#: value (its field) is its keys' buffers, pickled ``{key: blob}`` (:mod:`jobs.join.paced_state`).
+BLOCKS, BUFFERS = "blocks", "buffers"
+_BLOCK = StructType([StructField("block", IntegerType())])
 _BUFFERS = StructType([StructField(BUFFERS, BinaryType())])
-#: A shard's index: its keys' next timers and its rows' last left PT (pickled ``({key: due}, left_pt)``;
-#: a plain ``{key: due}`` before the left PT was kept), and the one timer it registered.
+#: A shard's index: pickled ``({key: due}, left_pt, {block})``: its keys' next timers, its rows'
+#: last left PT and the blocks it holds; and the one timer it registered.
 _INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
 _SHARD = "paced_shard"
 #: A row's output values, packed (:func:`_packed`): the operator's input column and its output's two.
@@ -148,19 +145,22 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
     good = (is_left & F.col(_LEFT + "_reason").isNull()) | (is_right & F.col("_reason").isNull()) | (side == "tick")
     stream = parsed.where(good).select(
         F.when(is_left, _packed(spec, "left", _LEFT)).when(is_right, _packed(spec, "right", "")).alias(_ROW),
-        F.substring(side, 1, 1).alias(_SIDE),
-        F.when(is_left, F.unix_millis(F.col(_LEFT + lt.event_time)))
-        .when(is_right, F.unix_millis(F.col(rt.event_time)))
-        .alias(_T),
-        F.unix_millis(F.when(is_left, F.col(_LEFT + ARRIVAL_TIME)).otherwise(F.col(ARRIVAL_TIME))).alias(_ARRIVAL),
-        F.when(is_left, F.col(_LEFT + PARTITION)).otherwise(F.col(PARTITION)).alias(_POS),
-        F.when(is_left, F.col(_LEFT + OFFSET)).otherwise(F.col(OFFSET)).alias(_OFF),
-        F.when(is_left, F.col(_LEFT + lt.id).cast("string")).otherwise(F.col(rt.id).cast("string")).alias(_ID),
+        _meta(
+            F.substring(side, 1, 1),
+            F.col(PACE_COLUMNS[0]),
+            F.col(PACE_COLUMNS[1]),
+            F.when(is_left, F.unix_millis(F.col(_LEFT + lt.event_time))).when(
+                is_right, F.unix_millis(F.col(rt.event_time))
+            ),
+            F.unix_millis(F.when(is_left, F.col(_LEFT + ARRIVAL_TIME)).otherwise(F.col(ARRIVAL_TIME))),
+            F.when(is_left, F.col(_LEFT + PARTITION)).otherwise(F.col(PARTITION)),
+            F.when(is_left, F.col(_LEFT + OFFSET)).otherwise(F.col(OFFSET)),
+            F.when(is_left, F.col(_LEFT + lt.id).cast("string")).otherwise(F.col(rt.id).cast("string")),
+        ).alias(_META),
         *[
             F.when(is_left, F.col(_LEFT + lk)).otherwise(F.col(rk)).alias(name)
             for lk, rk, name in zip(lt.key, rt.key, keys)
         ],
-        F.col(PACE_COLUMNS[0]).alias(_LPT),
         F.col(PACE_COLUMNS[1]).alias(_RPT),
     )
     # the right PT is the query's watermark; the column is dropped before the operator, so Spark's
@@ -169,16 +169,35 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
     stream = (
         stream.withColumn(_CLOCK, F.timestamp_millis(F.greatest(F.col(_RPT), F.lit(0))))
         .withWatermark(_CLOCK, "0 seconds")
-        .drop(_CLOCK)
+        .drop(_CLOCK, _RPT)
     )
     stream = stream.withColumn(_SHARD, F.pmod(F.hash(*keys), F.lit(spec.streaming.paced.shards)))
     key_schema = StructType([stream.schema[k] for k in keys])
-    processor = PacedJoinProcessor(rules_of(spec), dictionaries, stream.columns, key_schema)
+    processor = PacedJoinProcessor(
+        rules_of(spec), dictionaries, stream.columns, key_schema, spec.streaming.paced.blocks
+    )
     joined = stream.groupBy(_SHARD).transformWithState(
         statefulProcessor=processor, outputStructType=_OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
     )
     left, right = _unpacked(spec, "left", _LEFT_ROW), _unpacked(spec, "right", _RIGHT_ROW)
     return joined.select(left[-1], *left[:-1], *right, REVISION, METRIC, COUNT)
+
+
+def _meta(side: Column, left_pt: Column, right_pt: Column, *event: Column) -> Column:
+    """A row's side (``l``, ``r``, ``t``: a drain's tick), its micro-batch's PTs and, for an event,
+    its time, arrival, Kafka partition and offset, and id (last: it may hold any character) as one
+    text (:func:`meta_of` reads it): Spark's Row interface converts each column of a row on its own,
+    ~1.3 us a value, and these eight were most of a row's columns."""
+    return F.concat_ws("|", side, left_pt, right_pt, *event)
+
+
+def meta_of(text: str) -> tuple[str, int, int, tuple | None]:
+    """:func:`_meta`'s text -> (side, left PT, right PT, (time, arrival, partition, offset, id) or None)."""
+    side, lpt, rpt, *event = text.split("|", 7)
+    if side != "l" and side != "r":  # a tick: whatever its event columns held is not an event
+        return side, int(lpt), int(rpt), None
+    t, a, p, o, i = event
+    return side, int(lpt), int(rpt), (int(t), int(a), int(p), int(o), i)
 
 
 def split_counters(batch: DataFrame) -> tuple[DataFrame, dict[str, int]]:
@@ -196,6 +215,12 @@ def due_keys(dues: dict[tuple, int], right_pt: int | None, stepped: Container[tu
     if right_pt is None:
         return []
     return [k for k, due in dues.items() if due <= right_pt and k not in stepped]
+
+
+def block_of(key: tuple, blocks: int) -> int:
+    """The block of its shard a join key's buffers are kept in: a hash stable across processes
+    (Python's own ``hash`` of a string is salted per process)."""
+    return zlib.crc32(repr(key).encode()) % blocks
 
 
 def shard_timer(dues: dict[tuple, int], watermark: int) -> int | None:
@@ -221,20 +246,21 @@ class PacedJoinProcessor(StatefulProcessor):
         dictionaries: Dictionaries | None,
         input_columns: list[str],
         key_schema: StructType,
+        blocks: int,
     ):
         self.rules = rules
+        self.nblocks = blocks
         self.dictionaries = dictionaries
         self.key_schema = key_schema
         at = {c: i for i, c in enumerate(input_columns)}
-        self.at_side, self.at_lpt, self.at_rpt, self.at_row = at[_SIDE], at[_LPT], at[_RPT], at[_ROW]
+        self.at_meta, self.at_row = at[_META], at[_ROW]
         self.at_key = [at[f.name] for f in key_schema.fields]
-        self.at_meta = [at[c] for c in (_T, _ARRIVAL, _POS, _OFF, _ID)]
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from pyspark.sql import Row
 
         self.handle = handle
-        self.buffers = handle.getMapState(BUFFERS, self.key_schema, _BUFFERS)
+        self.blocks = handle.getMapState(BLOCKS, _BLOCK, _BUFFERS)
         self.index = handle.getValueState("index", _INDEX)
         self.codec = StateCodec.of(self.dictionaries)
         self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
@@ -242,84 +268,118 @@ class PacedJoinProcessor(StatefulProcessor):
         self.output = Row(_LEFT_ROW, _RIGHT_ROW, REVISION, METRIC, COUNT)  # named: Spark asks a row for its dict
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:  # noqa: N802, N803
-        events: dict[tuple, dict[str, list[Event]]] = {}
+        events: dict[tuple, tuple[list[Event], list[Event]]] = {}
         lpt = rpt = -1
         for r in rows:
-            side = r[self.at_side]
-            lpt, rpt = max(lpt, r[self.at_lpt]), max(rpt, r[self.at_rpt])
-            if side == "l" or side == "r":  # not a drain's tick
-                t, a, p, o, i = (r[k] for k in self.at_meta)
-                by_side = events.setdefault(tuple(r[k] for k in self.at_key), {"l": [], "r": []})
-                by_side[side].append(Event(t, a, p, o, i, r[self.at_row]))
+            side, row_lpt, row_rpt, event = meta_of(r[self.at_meta])
+            lpt, rpt = max(lpt, row_lpt), max(rpt, row_rpt)
+            if event is not None:  # not a drain's tick
+                lefts, rights = events.setdefault(tuple(r[k] for k in self.at_key), ([], []))
+                t, arrival, partition, offset, event_id = event
+                (lefts if side == "l" else rights).append(
+                    Event(t, arrival, partition, offset, event_id, r[self.at_row])
+                )
         if not events:  # a drain's ticks: the watermark they move fires the timers
             return
-        dues, timer, known_lpt = self._index()
+        shard = self._shard()
         lpt_, rpt_ = None if lpt < 0 else lpt, None if rpt < 0 else rpt
-        for k, by_side in events.items():
-            yield from self._step(k, by_side["l"], by_side["r"], lpt_, rpt_, dues)
         # the keys due by this micro-batch's right PT too, not only by the watermark their timers fire
         # by (Spark's: the last micro-batch's right PT, in a backlog most of an hour earlier)
-        for k in due_keys(dues, rpt_, events):
-            yield from self._step(k, [], [], lpt_, rpt_, dues)
-        self._save_index(dues, timer, lpt_ if lpt_ is not None else known_lpt, timerValues.getCurrentWatermarkInMs())
+        for k in due_keys(shard.dues, rpt_, events):
+            events[k] = ([], [])
+        yield from self._step(events, lpt_, rpt_, shard)
+        if lpt_ is not None:
+            shard.lpt = lpt_
+        self._save(shard, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:  # noqa: N802, N803
         watermark = timerValues.getCurrentWatermarkInMs()
-        dues, _, known_lpt = self._index()  # Spark deletes the timer that fired once this call is done
-        for k in due_keys(dues, watermark):
-            yield from self._step(k, [], [], known_lpt, watermark if watermark > 0 else None, dues)
-        self._save_index(dues, None, known_lpt, watermark)
+        shard = self._shard()
+        shard.timer = None  # Spark deletes the timer that fired once this call is done
+        due: dict[tuple, tuple[list[Event], list[Event]]] = {k: ([], []) for k in due_keys(shard.dues, watermark)}
+        yield from self._step(due, shard.lpt, watermark if watermark > 0 else None, shard)
+        self._save(shard, watermark)
 
     def close(self) -> None:
         pass
 
-    def _index(self) -> tuple[dict[tuple, int], int | None, int | None]:
-        """The shard's keys' next timers, the timer it registered, and the left PT its last rows
-        carried (a lower bound of the left stream's: PT never moves back), which its timers step by."""
+    def _shard(self) -> _Shard:
+        """The shard's index (:class:`_Shard`), as its last call left it."""
         stored = self.index.get()
         if not stored:
-            return {}, None, None
-        kept = pickle.loads(stored[0])
-        dues, lpt = kept if isinstance(kept, tuple) else (kept, None)  # a plain dict before the left PT was kept
-        return dues, stored[1], lpt
+            return _Shard({}, None, set(), None)
+        dues, lpt, blocks = pickle.loads(stored[0])
+        return _Shard(dues, lpt, blocks, stored[1])
 
-    def _save_index(self, dues: dict[tuple, int], timer: int | None, lpt: int | None, watermark: int) -> None:
+    def _save(self, shard: _Shard, watermark: int) -> None:
         """Keep the shard's index; its one timer moved (:func:`shard_timer`, each a state call)."""
-        at = shard_timer(dues, watermark)
-        if timer is not None and timer != at:
-            self.handle.deleteTimer(timer)
-        if at is not None and at != timer:
+        at = shard_timer(shard.dues, watermark)
+        if shard.timer is not None and shard.timer != at:
+            self.handle.deleteTimer(shard.timer)
+        if at is not None and at != shard.timer:
             self.handle.registerTimer(at)
-        if dues:
-            self.index.update((pickle.dumps((dues, lpt), protocol=pickle.HIGHEST_PROTOCOL), at))
+        if shard.dues:
+            kept = (shard.dues, shard.lpt, shard.blocks)
+            self.index.update((pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL), at))
         else:
             self.index.clear()
 
-    def _step(self, k: tuple, lefts: list[Event], rights: list[Event], lpt, rpt, dues: dict[tuple, int]) -> Iterator:
-        """One join key's step; ``dues`` gets its next timer (or loses it when the key is empty)."""
-        stored = self.buffers.getValue(k) if k in dues else None  # a key with no timer holds nothing
-        state = self.codec.loads(stored[0]) if stored else KeyState()
-        out = step(state, self.rules, lefts, rights, lpt, rpt)
-        due = next_timer(state, self.rules)
-        if state.empty():
-            if stored:
-                self.buffers.removeKey(k)
-            dues.pop(k, None)
-        else:
-            blob, raw = self.codec.dumps(state)
-            self.buffers.updateValue(k, (blob,))
-            assert due is not None  # a key that holds anything has a time to let it go
-            dues[k] = due
-            z = self.sizes
-            z["state_keys"] += 1
-            z["state_rows"] += len(state.lefts) + len(state.rights)
-            z["state_raw_bytes"] += raw
-            z["state_bytes"] += len(blob)
-            self.stored += 1
-            if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
-                out.counts.update(z)
-                self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
-        for left, right, revision in [(lft, rgt, 0) for lft, rgt in out.pairs] + out.corrections:
-            yield self.output(left, right, revision, None, None)
-        for name, n in out.counts.items():
-            yield self.output(None, None, None, name, n)
+    def _step(self, todo: dict[tuple, tuple[list[Event], list[Event]]], lpt, rpt, shard: _Shard) -> Iterator:
+        """Step each join key of ``todo`` with its new left and right events, a block of the shard
+        at a time: a block is read and written once for all its keys (each a state-server round trip,
+        ~0.1 ms, which a key's own value paid two or three times per key; bench/paced.py), and a key
+        not stepped stays the blob it was. The shard's index gets each key's next timer (or loses it
+        when the key is empty)."""
+        by_block: dict[int, list[tuple]] = {}
+        for k in todo:
+            by_block.setdefault(block_of(k, self.nblocks), []).append(k)
+        for b, keys in by_block.items():
+            stored = self.blocks.getValue((b,)) if b in shard.blocks else None
+            blobs = unpack_block(stored[0]) if stored else {}
+            for k in keys:
+                blob = blobs.get(k)
+                state = self.codec.loads(blob) if blob is not None else KeyState()
+                out = step(state, self.rules, *todo[k], lpt, rpt)
+                if state.empty():
+                    blobs.pop(k, None)
+                    shard.dues.pop(k, None)
+                else:
+                    blobs[k], raw = self.codec.dumps(state)
+                    due = next_timer(state, self.rules)
+                    assert due is not None  # a key that holds anything has a time to let it go
+                    shard.dues[k] = due
+                    self._sizes(state, raw, len(blobs[k]), out.counts)
+                for left, right, revision in [(lft, rgt, 0) for lft, rgt in out.pairs] + out.corrections:
+                    yield self.output(left, right, revision, None, None)
+                for name, n in out.counts.items():
+                    yield self.output(None, None, None, name, n)
+            if blobs:
+                self.blocks.updateValue((b,), (pack_block(blobs),))
+                shard.blocks.add(b)
+            elif stored:
+                self.blocks.removeKey((b,))
+                shard.blocks.discard(b)
+
+    def _sizes(self, state: KeyState, raw: int, stored: int, counts: dict[str, int]) -> None:
+        """Count a key's stored buffers; every :data:`SIZE_SAMPLE` keys, into ``counts`` (a sample)."""
+        z = self.sizes
+        z["state_keys"] += 1
+        z["state_rows"] += len(state.lefts) + len(state.rights)
+        z["state_raw_bytes"] += raw
+        z["state_bytes"] += stored
+        self.stored += 1
+        if self.stored % self.SIZE_SAMPLE == 1:  # a task's first key, then every SIZE_SAMPLE
+            counts.update(z)
+            self.sizes = dict.fromkeys(SIZE_COUNTERS, 0)
+
+
+@dataclass
+class _Shard:
+    """A shard's index: its keys' next timers, the left PT its last rows carried (a lower bound of
+    the left stream's: PT never moves back), which its timers step by, the blocks it holds, and
+    the one timer it registered."""
+
+    dues: dict[tuple, int]
+    lpt: int | None
+    blocks: set[int]
+    timer: int | None

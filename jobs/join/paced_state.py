@@ -3,7 +3,8 @@ the stream's own buffered rows at run time, and trained again as they change (pa
 "adapts during runtime so that it can effectively compress new data").
 
 A key's buffers are pickled (the raw form), then compressed. Each worker process trains its own
-dictionary from the first :data:`TRAIN_AFTER` buffers it stores and again every :data:`RETRAIN_EVERY`;
+dictionary from the first :data:`TRAIN_AFTER` buffers it stores, again at :data:`TRAIN_ON` and then every
+:data:`RETRAIN_EVERY`;
 a dictionary is named by its id (random, 32 bits, zstandard's) and kept in a :class:`Dictionaries` store (a folder
 beside the checkpoint), since a blob written with one is read by whichever task holds its key
 later. Until a dictionary exists, and where there is no store, a blob is zstandard without one.
@@ -17,8 +18,10 @@ Settings measured on the buffers of ``python -m bench.paced``'s P6 run (151,266 
 buffered rows each, 535 bytes pickled): pickled ÷ stored 3.84x at level 3 with the magic number,
 3.95x magicless, 4.04x magicless at level 6 (5.4 us a blob against 1.8 us at level 3; level 19
 gains 0.2x more at 60 us); a dictionary trained on 2,000 recent buffers 4.23x against 4.07x on the
-first 200, so it is trained again every :data:`RETRAIN_EVERY` buffers on the last 2,000. Its size
-(8-110 KiB) changed nothing measurable.
+first 200, so it is trained again on the first 2,000 and every :data:`RETRAIN_EVERY` buffers on the
+last 2,000. Its size (8-110 KiB) changed nothing measurable. A training takes ~70 ms: every 5,000
+buffers it was 7% of the operator's time over a backlog (bench/paced.py, cProfile); every 20,000,
+P4 fell from 4.35x to 4.09x (76.0 bytes a buffered event against 71.5); 10,000 is kept.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import zstandard
 from jobs.join.paced import KeyState
 
 TRAIN_AFTER = 200
-RETRAIN_EVERY = 5_000
+RETRAIN_EVERY = 10_000
 TRAIN_ON = 2_000
 DICTIONARY_BYTES = 8 * 1024
 _LEVEL = 6
@@ -101,7 +104,8 @@ class StateCodec:
         self.stored += 1
         if self.store is not None:
             self.samples.append(raw)
-            if (self.current is None and self.stored >= TRAIN_AFTER) or self.stored % RETRAIN_EVERY == 0:
+            first = self.current is None and self.stored >= TRAIN_AFTER
+            if first or self.stored == TRAIN_ON or self.stored % RETRAIN_EVERY == 0:
                 self._train()
         if self.current is not None:
             return b"M" + self.current[1].compress(raw), len(raw)
@@ -140,6 +144,16 @@ class StateCodec:
                 raise RuntimeError(f"the paced operator's state dictionary {name} is missing: its folder was deleted")
             self._loaded[name] = zstandard.ZstdCompressionDict(data)
         return self._loaded[name]
+
+
+def pack_block(blobs: dict[tuple, bytes]) -> bytes:
+    """A block of join keys' buffers (their blobs, by key) as the one state value it is kept as."""
+    return pickle.dumps(blobs, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_block(value: bytes) -> dict[tuple, bytes]:
+    """:func:`pack_block` read back: a key not stepped stays its blob, never decompressed."""
+    return pickle.loads(value)
 
 
 def buffer_sizes(blobs: Iterable[bytes], store: Dictionaries | None) -> dict[str, int]:

@@ -6,6 +6,7 @@ engine's source (:mod:`jobs.storage.aligned_source`) reads Kafka around it.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,21 +79,24 @@ def pace_steps(
     q: float,
     max_steps: int = MAX_STEPS,
     warmup: int = WARMUP_RECORDS,
+    read_to_end: Container[str] = (),
 ) -> tuple[Candidates, list[str], int]:
-    """One micro-batch's admission as a run of :func:`pace` steps: each step admits what the PTs
-    so far allow, feeds each stream's estimator with what it admitted (a step is the estimator's
-    micro-batch) and so moves the PTs for the next step. Without it a micro-batch moved each PT
-    by at most ``drift`` (the streams leapfrog: one admits up to the other's bound, then waits for
-    the next micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the
-    drift fell behind. Stops when nothing more is admitted, or when a stream has used up what was
-    read ahead of it (it may hold more, which the next micro-batch reads: treating it as idle here
-    would let the other run past it). While either PT is unknown (an estimator needs its first
-    ascending windows, ``pt_windows`` steps), nothing bounds either stream, so each admits at most
-    ``warmup`` records a step: the PTs are known a few hundred records in, not after as many
-    micro-batches of unbounded reading (in a backlog with the right stream 2 h behind, the left ran
-    ~3 h ahead in its first five micro-batches, whose events were most of the state's peak).
-    ``pt`` is updated in place; returns what each stream admitted, what the last step paused, and
-    the steps taken."""
+    """One micro-batch's admission as a run of :func:`pace` steps: each step admits what the PTs so far
+    allow, feeds each stream's estimator with what it admitted (a step is the estimator's micro-
+    batch) and so moves the PTs for the next step. Without it a micro-batch moved each PT by at most
+    ``drift`` (the streams leapfrog: one admits up to the other's bound, then waits for the next
+    micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the drift fell
+    behind. Stops when nothing more is admitted, or when a stream has used up what was read ahead of
+    it (it may hold more, which the next micro-batch reads: treating it as idle here would let the
+    other run past it), unless it is in ``read_to_end`` (what was read ahead of it is all its topic
+    holds now): it is idle from the next step on, and the other one goes on in this micro-batch
+    instead of the next (a backlog's tail took a micro-batch more). While either PT is unknown (an
+    estimator needs its first ascending windows, ``pt_windows`` steps), nothing bounds either
+    stream, so each admits at most ``warmup`` records a step: the PTs are known a few hundred
+    records in, not after as many micro-batches of unbounded reading (in a backlog with the right
+    stream 2 h behind, the left ran ~3 h ahead in its first five micro-batches, whose events were
+    most of the state's peak). ``pt`` is updated in place; returns what each stream admitted, what
+    the last step paused, and the steps taken."""
     taken: Candidates = {s: [] for s in SIDES}
     remaining = {s: list(candidates[s]) for s in SIDES}
     paused: list[str] = []
@@ -113,7 +117,7 @@ def pace_steps(
                 state = estimators[side].update(times)
                 if state.pt is not None:
                     pt[side] = int(state.pt)
-        if any(candidates[s] and not remaining[s] for s in SIDES):
+        if any(candidates[s] and not remaining[s] and s not in read_to_end for s in SIDES):
             break
     return taken, paused, steps
 

@@ -128,18 +128,19 @@ def paced_state_summary(spark, checkpoint: str, batch_id: int | None = None) -> 
     state store and decoded where they are (:func:`jobs.join.paced_state.buffer_sizes`)."""
     import pandas as pd
 
-    from jobs.join.paced_operator import BUFFERS
-    from jobs.join.paced_state import FolderDictionaries, buffer_sizes
+    from jobs.join.paced_operator import BLOCKS, BUFFERS
+    from jobs.join.paced_state import FolderDictionaries, buffer_sizes, unpack_block
     from jobs.steps.stream import dictionaries_of
 
     dictionaries = dictionaries_of(str(checkpoint))
     store = FolderDictionaries(dictionaries) if dictionaries else None
-    reader = spark.read.format("statestore").option("path", str(checkpoint)).option("stateVarName", BUFFERS)
+    reader = spark.read.format("statestore").option("path", str(checkpoint)).option("stateVarName", BLOCKS)
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
 
     def sizes(batches):
-        total = buffer_sizes((bytes(b) for pdf in batches for b in pdf[BUFFERS]), store)
+        blocks = (unpack_block(bytes(b)) for pdf in batches for b in pdf[BUFFERS])
+        total = buffer_sizes((blob for block in blocks for blob in block.values()), store)
         yield pd.DataFrame({k: [v] for k, v in total.items()})
 
     blobs = reader.load().select(f"user_map_value.{BUFFERS}")

@@ -351,6 +351,13 @@ RULES: list[tuple[str, str, str]] = [
         "cannot take them. Fresh checkpoint and replay into a new output.",
     ),
     (
+        "streaming.paced.blocks",
+        NEEDS_FRESH,
+        "{field}: the paced operator keeps each join key's buffers in the block of its shard its hash falls in; "
+        "with another number of blocks a key's buffers would sit in a block that no longer holds it. Fresh "
+        "checkpoint and replay.",
+    ),
+    (
         "streaming.paced.shards",
         NEEDS_FRESH,
         "{field}: the paced operator keeps each join key's buffers in the shard its hash falls in; with another "

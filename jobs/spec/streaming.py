@@ -38,6 +38,12 @@ class PacedOptions(_Strict):
     shards: int = Field(
         default=256, gt=0, description="groups of join keys the state is kept in (§6.2); fixed once a checkpoint exists"
     )
+    blocks: int = Field(
+        default=4,
+        gt=0,
+        description="blocks of a shard's join keys, each read and written as one state value; fixed once a "
+        "checkpoint exists",
+    )
 
     @field_validator("max_drift")
     @classmethod

@@ -211,6 +211,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if len(idle) == 2:
             return self._drained(d, start)
         opts = spec.streaming.paced
+        read_to_end = [side for side in SIDES if len(candidates[side]) < cap and self._read_to_end(d, side)]
         admitted, paused, steps = pace_steps(
             candidates,
             d.pt,
@@ -218,6 +219,7 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             upper=int(spec.window.upper.total_seconds() * 1000),
             drift=int(opts.max_drift.total_seconds() * 1000),
             q=opts.pt_percentile,
+            read_to_end=read_to_end,
         )
         stats: dict[str, Any] = {"paused": paused, "idle": idle, "steps": steps}
         for side in SIDES:
@@ -321,6 +323,16 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     et = read_time[side](value)
                     valid = et is not None and ts - past <= et <= ts + future
                     d.peeked[tp].append(ReadAhead(off, ts, et, valid))
+
+    def _read_to_end(self, d: _Driver, side: str) -> bool:
+        """Whether a bounded run (availableNow) has read ahead all it will read of the side's topic:
+        that stream is idle for good, so the other need not wait a micro-batch for it. A live stream
+        with nothing to read now waits that micro-batch (its records may come: the other running
+        ahead meanwhile would close its windows, a first answer missed: -0.12 pp on the demo)."""
+        if self._target is None:
+            return False
+        topic = self._topic(side)
+        return all(d.next_offset(tp) >= self._target.get(tp, 0) for tp in d.peeked if tp[0] == topic)
 
     def _in_arrival_order(self, d: _Driver, side: str, cap: int) -> list[tuple[tuple[str, int], ReadAhead]]:
         """Up to ``cap`` of a stream's read-ahead records in arrival (record timestamp) order,

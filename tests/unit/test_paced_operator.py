@@ -61,3 +61,55 @@ def test_a_shards_timer_is_its_earliest_keys_but_past_the_watermark():
     assert shard_timer({("a",): 300, ("b",): 250}, 100) == 250
     assert shard_timer({("a",): 90}, 100) == 101  # an id still kept: due, but not at the timer firing now
     assert shard_timer({}, 100) is None
+
+
+def test_a_keys_block_is_the_same_in_every_process():
+    """A block written by one Python worker is read by whichever holds its shard next: Python's own
+    hash of a string is salted per process, so a key's block must not come from it."""
+    import os
+    import subprocess
+    import sys
+
+    from jobs.join.paced_operator import block_of
+
+    keys = [("s1",), ("s2",), ("session-42", 7), (12345,)]
+    code = f"from jobs.join.paced_operator import block_of; print([block_of(k, 16) for k in {keys!r}])"
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert seen == {str([block_of(k, 16) for k in keys])}
+    assert {block_of((f"s{i}",), 4) for i in range(100)} == {0, 1, 2, 3}
+
+
+def test_a_block_keeps_the_blobs_of_keys_not_stepped_as_they_were():
+    from jobs.join.paced import Event, KeyState
+    from jobs.join.paced_state import StateCodec, pack_block, unpack_block
+
+    codec = StateCodec.of(None)
+    state = KeyState()
+    state.lefts.append(Event(1, 2, 0, 5, "e1", '{"0":"x"}'))
+    blobs = {("a",): codec.dumps(state)[0], ("b", 2): b"z-not-read"}
+    back = unpack_block(pack_block(blobs))
+    assert back == blobs and codec.loads(back[("a",)]).lefts == state.lefts
+
+
+def test_a_rows_meta_text_reads_back_its_side_pts_and_event(spark):
+    """The side, PTs and event columns travel as one text; an id may hold the separator, and a
+    drain's tick (no event time) reads as no event whatever its other columns held."""
+    from pyspark.sql import functions as F
+
+    from jobs.join.paced_operator import _meta, meta_of
+
+    rows = [
+        ("l", 5, 7, 1_700_000_000_123, 1_700_000_000_456, 2, 40, "id|with|bars"),
+        ("t", 9, 9, None, 99, -1, 0, None),
+    ]
+    df = spark.createDataFrame(rows, "s string, l long, r long, t long, a long, p int, o long, i string")
+    texts = [r[0] for r in df.select(_meta(*[F.col(c) for c in df.columns])).collect()]
+    assert [meta_of(t) for t in texts] == [
+        ("l", 5, 7, (1_700_000_000_123, 1_700_000_000_456, 2, 40, "id|with|bars")),
+        ("t", 9, 9, None),
+    ]

@@ -85,6 +85,17 @@ def test_steps_stop_where_a_stream_used_up_what_was_read_ahead_of_it():
     assert len(got["left"]) == 3 and pt["right"] <= 2 + UPPER
 
 
+def test_a_stream_read_to_its_topics_end_is_idle_from_the_next_step_and_the_other_goes_on():
+    # the same three left records, but they are all the left topic holds now: the right is not
+    # bounded by a left PT that cannot move, and is admitted in this micro-batch, not the next
+    left, right = waiting("l", 0, 1, 2), waiting("r", *range(0, 200))
+    pt = {"left": 0, "right": 30}
+    got, _, _ = pace_steps(
+        {"left": left, "right": right}, pt, estimators(), upper=UPPER, drift=DRIFT, q=100, read_to_end={"left"}
+    )
+    assert len(got["left"]) == 3 and len(got["right"]) == 200
+
+
 def test_while_a_pt_is_unknown_both_streams_step_in_small_chunks_so_it_is_known_early():
     # the right stream 2 h behind the left, in minutes: at one step per micro-batch until the PTs
     # were known, the left ran its whole read-ahead (3 h here) past the synchronization point
