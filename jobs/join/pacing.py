@@ -88,15 +88,15 @@ def pace_steps(
     micro-batch), so a backlog, a 60-minute replay slice or a trigger longer than the drift fell
     behind. Stops when nothing more is admitted, or when a stream has used up what was read ahead of
     it (it may hold more, which the next micro-batch reads: treating it as idle here would let the
-    other run past it), unless it is in ``read_to_end`` (what was read ahead of it is all its topic
-    holds now): it is idle from the next step on, and the other one goes on in this micro-batch
-    instead of the next (a backlog's tail took a micro-batch more). While either PT is unknown (an
-    estimator needs its first ascending windows, ``pt_windows`` steps), nothing bounds either
-    stream, so each admits at most ``warmup`` records a step: the PTs are known a few hundred
-    records in, not after as many micro-batches of unbounded reading (in a backlog with the right
-    stream 2 h behind, the left ran ~3 h ahead in its first five micro-batches, whose events were
-    most of the state's peak). ``pt`` is updated in place; returns what each stream admitted, what
-    the last step paused, and the steps taken."""
+    other run past it), unless it is in ``read_to_end`` (what was read ahead of it is all this run
+    will read of it: a bounded run's end): it is idle from the next step on, and the other one goes
+    on in this micro-batch instead of the next (a backlog's tail took a micro-batch more). While
+    either PT is unknown (an estimator needs its first ascending windows, ``pt_windows`` steps),
+    nothing bounds either stream, so each admits at most ``warmup`` records a step: the PTs are
+    known a few hundred records in, not after as many micro-batches of unbounded reading (in a
+    backlog with the right stream 2 h behind, the left ran ~3 h ahead in its first five
+    micro-batches, whose events were most of the state's peak). ``pt`` is updated in place; returns
+    what each stream admitted, what the last step paused, and the steps taken."""
     taken: Candidates = {s: [] for s in SIDES}
     remaining = {s: list(candidates[s]) for s in SIDES}
     paused: list[str] = []
