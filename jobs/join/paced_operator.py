@@ -251,7 +251,6 @@ class PacedJoinProcessor(StatefulProcessor):
         self.rules = rules
         self.nblocks = blocks
         self.dictionaries = dictionaries
-        self.key_schema = key_schema
         at = {c: i for i, c in enumerate(input_columns)}
         self.at_meta, self.at_row = at[_META], at[_ROW]
         self.at_key = [at[f.name] for f in key_schema.fields]

@@ -331,8 +331,8 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ahead meanwhile would close its windows, a first answer missed: -0.12 pp on the demo)."""
         if self._target is None:
             return False
-        topic = self._topic(side)
-        return all(d.next_offset(tp) >= self._target.get(tp, 0) for tp in d.peeked if tp[0] == topic)
+        topic = self._topic(side)  # d.ends: this read's ends, already within the run's target
+        return all(d.next_offset(tp) >= d.ends.get(tp, 0) for tp in d.peeked if tp[0] == topic)
 
     def _in_arrival_order(self, d: _Driver, side: str, cap: int) -> list[tuple[tuple[str, int], ReadAhead]]:
         """Up to ``cap`` of a stream's read-ahead records in arrival (record timestamp) order,
