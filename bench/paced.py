@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--lag-window takes LOWER,UPPER in the spec's duration grammar, e.g. --lag-window=-10m,10m")
     if args.pt_percentile is not None and not 0 <= args.pt_percentile <= 100:
         p.error("--pt-percentile takes a percentile from 0 to 100, e.g. --pt-percentile 50")
+    for name in ("shards", "blocks"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            p.error(f"--{name} takes a positive number, e.g. --{name} 4")
     if args.throughput_only and args.skip_throughput:
         p.error("--throughput-only and --skip-throughput leave nothing to run: give one of them")
     from jobs.spec import Corrections
@@ -114,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                     "engine": Engine.paced,
                     "paced": native.streaming.paced.model_copy(
                         update={"max_records_per_batch": args.batch_records}
-                        | ({"shards": args.shards} if args.shards else {})
-                        | ({"blocks": args.blocks} if args.blocks else {})
+                        | ({"shards": args.shards} if args.shards is not None else {})
+                        | ({"blocks": args.blocks} if args.blocks is not None else {})
                         | ({"pt_percentile": args.pt_percentile} if args.pt_percentile is not None else {})
                     ),
                 }
