@@ -77,10 +77,10 @@ def _nice_up(seconds: float) -> float:
 def describe(c: pd.Series) -> str:
     from jobs.accuracy.sweep import format_candidate
 
-    return (
-        f"window {format_candidate(int(c.lower_s), int(c.upper_s))}, watermarks left "
-        f"{fmt_duration(c.left_delay_s)} / right {fmt_duration(c.right_delay_s)}"
-    )
+    window = f"window {format_candidate(int(c.lower_s), int(c.upper_s))}"
+    if "first_answer_rate" in c.index:  # the paced engine's (jobs.accuracy.paced_model): no watermark delays
+        return window
+    return f"{window}, watermarks left {fmt_duration(c.left_delay_s)} / right {fmt_duration(c.right_delay_s)}"
 
 
 def _least(df: pd.DataFrame, first: str, then: str) -> pd.Series:
@@ -184,4 +184,53 @@ def refinement(
         windows = [(lo, up) for lo, up in itertools.product(near["lower_s"], near["upper_s"]) if lo <= up]
         delays = list(itertools.product(near["left_delay_s"], near["right_delay_s"]))
         out.append((windows, delays))
+    return out
+
+
+def explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source) -> list[str]:
+    """The recommendation's reasons: what it was predicted from, the choice against the budgets, the
+    baseline, the reference and the deployed settings."""
+    budget = " and ".join(
+        x
+        for x in (
+            f"p99 latency <= {fmt_duration(limits.latency_s)}" if limits.latency_s is not None else "",
+            f"state memory <= {format_bytes(limits.memory_bytes)}" if limits.memory_bytes is not None else "",
+        )
+        if x
+    )
+    out = [f"predicted for {cadence.label()}, from {obs.left_events:,} left events over {len(obs.days)} ds"]
+    if obs.sample_share < 1:
+        out[0] += f" (a {100 * obs.sample_share:.1f}% hash sample of them)"
+    out[0] += f"; one left event is {100 / max(obs.left_events, 1):.4f} pp"
+    if fits:
+        out.append(
+            f"{chosen.label()} with watermarks {chosen.watermarks()} has the best predicted match rate "
+            f"({100 * chosen.match_rate:.2f}%) "
+            + (f"within {budget}" if budget else "(no budgets in the spec)")
+            + f": p99 latency {fmt_duration(chosen.p99_latency_s)}, state memory {format_bytes(chosen.memory_bytes)}"
+        )
+    else:
+        out.append(
+            f"no candidate fits {budget}; shown: the lowest-latency one, {chosen.label()} with watermarks "
+            f"{chosen.watermarks()} ({100 * chosen.match_rate:.2f}%, p99 {fmt_duration(chosen.p99_latency_s)})"
+        )
+    if base_rate is not None:
+        gap = 100 * (chosen.match_rate - base_rate)
+        out.append(
+            f"vs {spec.accuracy.baseline} ({100 * base_rate:.2f}%): {gap:+.2f} pp, "
+            + ("within" if within else "outside")
+            + f" the {spec.accuracy.tolerance_pp:g} pp tolerance"
+        )
+    else:
+        out.append(f"{spec.accuracy.baseline} has not been computed for these days: run the batch and compare first")
+    out.append(
+        f"vs the reference ({100 * ref:.2f}%, {ref_source}): {100 * (chosen.match_rate - ref):+.2f} pp; "
+        f"the chosen window loses {100 * (chosen.window_rate - chosen.match_rate):.2f} pp to "
+        + ("records read after its windows closed" if chosen.paced else "its watermarks")
+    )
+    out.append(
+        f"deployed {deployed.label()} with watermarks {deployed.watermarks()}: "
+        f"predicted {100 * deployed.match_rate:.2f}%, "
+        f"p99 latency {fmt_duration(deployed.p99_latency_s)}, state memory {format_bytes(deployed.memory_bytes)}"
+    )
     return out

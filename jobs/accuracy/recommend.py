@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, timedelta
 from typing import Any
 
 import pandas as pd
 
-from jobs.accuracy import frontier
+from jobs.accuracy import frontier, paced_model
 from jobs.accuracy.lateness import Cadence
 from jobs.accuracy.tradeoff import (
     StreamLateness,
@@ -38,7 +39,7 @@ from jobs.accuracy.tradeoff import (
     per_ds_rates,
     stream_lateness,
 )
-from jobs.spec import Engine, JoinSpec, fmt_duration, format_bytes, format_duration
+from jobs.spec import Engine, JoinSpec, fmt_duration, format_duration
 from jobs.storage import fs
 from jobs.storage.stream_runs import rate_label, read_runs
 
@@ -105,6 +106,9 @@ class Candidate:
     memory_bytes: float
     recovery_s: float | None = None
     per_ds: dict[str, float] = field(default_factory=dict)
+    #: the paced engine's (no watermark delays: it waits for PTs): its rows as first emitted
+    paced: bool = False
+    first_answer_rate: float | None = None
 
     @classmethod
     def of(cls, row: pd.Series, recovery_s: float | None = None) -> Candidate:
@@ -127,6 +131,8 @@ class Candidate:
         )
 
     def watermarks(self) -> str:
+        if self.paced:
+            return "none (the paced engine waits for PTs)"
         return f"left {fmt_duration(self.left_delay_s)} / right {fmt_duration(self.right_delay_s)}"
 
     def key(self) -> tuple[int, int, int, int]:
@@ -222,17 +228,6 @@ def default_cadence(spec: JoinSpec, slice_minutes: float | None = None) -> Caden
     return Cadence(max(1, int(spec.streaming.trigger_interval.total_seconds())), replay=False)
 
 
-def engine_caveat(spec: JoinSpec) -> list[str]:
-    """What a paced spec's reader must know first: the delays below are not its knobs."""
-    if spec.streaming.engine != Engine.paced:
-        return []
-    return [
-        "the spec runs the paced engine; these predictions model the native engine (the window applies to both, "
-        "the watermark delays only to the native one: the paced engine waits for PTs, paper §5.2). The paced "
-        "engine's own rates come from a replay: `joinshift replay-as-live` or `joinshift demo --spec`"
-    ]
-
-
 def recommend(
     spark,
     spec: JoinSpec,
@@ -245,8 +240,10 @@ def recommend(
     left_delays=DEFAULT_LEFT_DELAYS,
     right_delays=DEFAULT_RIGHT_DELAYS,
     refine: bool = True,
+    on_window: Callable[[int, int], None] | None = None,
 ) -> Recommendation:
-    """Measure every candidate on the landed days, refine around the frontier, choose within the budgets."""
+    """Measure every candidate on the landed days, refine around the frontier, choose within the budgets.
+    ``on_window(done, total)``: progress of a paced spec's windows (each a run of its rules)."""
     from pyspark.sql import functions as F
 
     from jobs.storage import delta_io
@@ -279,7 +276,17 @@ def recommend(
     memory = memory_model(progress, rec)
     bpr = memory.bytes_per_row
     windows = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
-    grid = evaluate(obs, windows, axes["left_delay_s"], axes["right_delay_s"], memory)
+    paced = spec.streaming.engine == Engine.paced
+    paced_per_ds: dict[tuple[int, int], dict[str, float]] = {}
+    paced_batches = 0
+    if paced:  # the window is the only knob: no delays, no refinement (each window is a run of the rules)
+        axes["left_delay_s"] = axes["right_delay_s"] = [0]
+        dep = (*dep[:2], 0, 0)
+        grid, paced_per_ds, bpr, paced_batches = paced_model.paced_grid(
+            spec, obs, rec, cadence, windows, progress, on_window
+        )
+    else:
+        grid = evaluate(obs, windows, axes["left_delay_s"], axes["right_delay_s"], memory)
     coarse = len(grid)
 
     metrics = (
@@ -304,7 +311,7 @@ def recommend(
         None if base_rate is None else base_rate - tol / 100,
         f"within {tol:g} pp of {baseline}" + ("" if base_rate is None else f" ({100 * base_rate:.2f}%)"),
     )
-    for _ in range(REFINE_ROUNDS if refine else 0):
+    for _ in range(REFINE_ROUNDS if refine and not paced else 0):
         for wins, combos in frontier.refinement(grid, axes, limits):
             grid = pd.concat([grid, evaluate(obs, wins, [], [], memory, combos=combos)], ignore_index=True)
         grid = grid.drop_duplicates(subset=frontier.KEY, ignore_index=True)
@@ -316,7 +323,11 @@ def recommend(
         c = Candidate.of(row)
         rows_in_state = c.memory_bytes / bpr
         c.recovery_s = rows_in_state / replay if replay else None
-        c.per_ds = per_ds_rates(obs, (c.lower_s, c.upper_s), c.left_delay_s, c.right_delay_s)
+        if paced:
+            c.paced, c.first_answer_rate = True, float(row.first_answer_rate)
+            c.per_ds = paced_per_ds[(c.lower_s, c.upper_s)]
+        else:
+            c.per_ds = per_ds_rates(obs, (c.lower_s, c.upper_s), c.left_delay_s, c.right_delay_s)
         return c
 
     dep_row = grid[(grid[frontier.KEY] == pd.Series(dep, index=frontier.KEY)).all(axis=1)].iloc[0]
@@ -327,6 +338,8 @@ def recommend(
         chosen_row = frontier.pareto(grid).iloc[0]
     chosen = cand(chosen_row)
     front = [Candidate.of(r) for _, r in frontier.pareto(grid).iterrows()]
+    for f in front:
+        f.paced = paced
     tried = _windows(grid, chosen)
     ref = mean_rate("reference")
     ref_source = (
@@ -339,10 +352,20 @@ def recommend(
     within = None if base_rate is None else chosen.match_rate >= base_rate - tol / 100 - 1e-12
     relax = frontier.relax(grid, limits) if (not fits or within is False) else []
     stream_rate = mean_rate("stream")
-    lateness = stream_lateness(spec, rec, obs, chosen)
+    lateness = {} if paced else stream_lateness(spec, rec, obs, chosen)  # the delays' drops: not the paced engine's
 
-    explanation = _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source)
-    explanation[:0] = engine_caveat(spec)
+    explanation = frontier.explain(
+        spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source
+    )
+    explanation[:0] = paced_model.engine_note(spec)
+    if paced and chosen.first_answer_rate is not None:  # right after the choice
+        at = next(i for i, r in enumerate(explanation) if chosen.label() in r) + 1
+        explanation.insert(
+            at,
+            f"{chosen.label()}: first answers {100 * chosen.first_answer_rate:.2f}%, final "
+            f"{100 * chosen.match_rate:.2f}%; the operator holds at most {chosen.memory_bytes / bpr:,.0f} "
+            f"events at {bpr:,.0f} bytes each",
+        )
     explanation.append(
         f"{coarse:,} candidates on the coarse grid, {len(grid) - coarse:,} more around the frontier near the budget; "
         f"{len(front)} on the Pareto frontier (match rate vs p99 latency)"
@@ -388,13 +411,14 @@ def recommend(
         windows=tried,
         inputs={
             "bytes_per_row": bpr,
+            "engine": spec.streaming.engine.value,
             "peak_rows_per_s": {"left": memory.left_rows_per_s, "right": memory.right_rows_per_s},
             "replay_rows_per_s": replay,
             "candidates": len(grid),
             "left_events": obs.left_events,
             "pairs": int(len(obs.pair_left)),
             "sample_share": obs.sample_share,
-            "batches": int(len(obs.clock.end_ms)),
+            "batches": paced_batches if paced else int(len(obs.clock.end_ms)),
             "cadence_s": cadence.batch_s,
             "late_lag": cadence.late_lag,
             "incomplete": obs.waiting,
@@ -420,52 +444,6 @@ def _windows(grid: pd.DataFrame, chosen: Candidate) -> list[dict]:
 def _stream_deltas(metrics: pd.DataFrame) -> dict:
     sm = metrics[metrics.variant == "stream"] if len(metrics) else metrics
     return {c: float(sm[c].mean()) for c in sm.columns if c.startswith("to_") and sm[c].notna().any()}
-
-
-def _explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rate, ref, ref_source) -> list[str]:
-    budget = " and ".join(
-        x
-        for x in (
-            f"p99 latency <= {fmt_duration(limits.latency_s)}" if limits.latency_s is not None else "",
-            f"state memory <= {format_bytes(limits.memory_bytes)}" if limits.memory_bytes is not None else "",
-        )
-        if x
-    )
-    out = [f"predicted for {cadence.label()}, from {obs.left_events:,} left events over {len(obs.days)} ds"]
-    if obs.sample_share < 1:
-        out[0] += f" (a {100 * obs.sample_share:.1f}% hash sample of them)"
-    out[0] += f"; one left event is {100 / max(obs.left_events, 1):.4f} pp"
-    if fits:
-        out.append(
-            f"{chosen.label()} with watermarks {chosen.watermarks()} has the best predicted match rate "
-            f"({100 * chosen.match_rate:.2f}%) "
-            + (f"within {budget}" if budget else "(no budgets in the spec)")
-            + f": p99 latency {fmt_duration(chosen.p99_latency_s)}, state memory {format_bytes(chosen.memory_bytes)}"
-        )
-    else:
-        out.append(
-            f"no candidate fits {budget}; shown: the lowest-latency one, {chosen.label()} with watermarks "
-            f"{chosen.watermarks()} ({100 * chosen.match_rate:.2f}%, p99 {fmt_duration(chosen.p99_latency_s)})"
-        )
-    if base_rate is not None:
-        gap = 100 * (chosen.match_rate - base_rate)
-        out.append(
-            f"vs {spec.accuracy.baseline} ({100 * base_rate:.2f}%): {gap:+.2f} pp, "
-            + ("within" if within else "outside")
-            + f" the {spec.accuracy.tolerance_pp:g} pp tolerance"
-        )
-    else:
-        out.append(f"{spec.accuracy.baseline} has not been computed for these days: run the batch and compare first")
-    out.append(
-        f"vs the reference ({100 * ref:.2f}%, {ref_source}): {100 * (chosen.match_rate - ref):+.2f} pp; "
-        f"the chosen window loses {100 * (chosen.window_rate - chosen.match_rate):.2f} pp to its watermarks"
-    )
-    out.append(
-        f"deployed {deployed.label()} with watermarks {deployed.watermarks()}: "
-        f"predicted {100 * deployed.match_rate:.2f}%, "
-        f"p99 latency {fmt_duration(deployed.p99_latency_s)}, state memory {format_bytes(deployed.memory_bytes)}"
-    )
-    return out
 
 
 def save(spark, spec: JoinSpec, rec: Recommendation, s=None) -> str:

@@ -188,6 +188,13 @@ def _p99_of_hist(hist: np.ndarray) -> float:
     return float(_LAT_LO + (i + 1) * LATENCY_BIN_S)
 
 
+def window_rates(obs: Observed, windows: list[tuple[int, int]]) -> dict[tuple[int, int], float]:
+    """Per window: the share of left events with a partner in it, nothing dropped (its ceiling)."""
+    n = obs.left_events
+    ideal = _window_matches(obs, np.ones(len(obs.pair_left), dtype=bool), windows)
+    return {w: float(m.sum()) / n if n else float("nan") for w, m in ideal.items()}
+
+
 def _pair_hists(obs: Observed, ok: np.ndarray, points_us: list[int]) -> tuple[dict[int, np.ndarray], dict]:
     """Latency histograms of surviving pairs with ``d <= p`` and ``d < p``, per bound point ``p``."""
     d, lat = obs.pair_d_us[ok], obs.pair_bin[ok]
@@ -249,8 +256,7 @@ def evaluate(
         if a < lo or b > hi:
             raise ValueError(f"window [{a}, {b}] s is outside the widest window the pairs were made for")
     n = obs.left_events
-    ideal = _window_matches(obs, np.ones(len(obs.pair_left), dtype=bool), windows)
-    window_rate = {w: float(m.sum()) / n if n else float("nan") for w, m in ideal.items()}
+    window_rate = window_rates(obs, windows)
     points = sorted({p * 1_000_000 for w in windows for p in w})
     rows = []
     pairs = combos if combos is not None else [(dl, dr) for dl in left_delays for dr in right_delays]
@@ -323,7 +329,8 @@ def observe(
     spark, spec: JoinSpec, days: list[date], cadence: Cadence, widest: tuple[int, int], s=None
 ) -> tuple[Observed, dict[str, Any]]:
     """Read the landed days once: the :class:`Observed` arrays, and per stream its records'
-    (arrival ms, event µs) for the evidence. Right events (and the watermark's history) come from
+    (id, ds, join key, the paced engine's shard of it, arrival ms, event µs) for the evidence and
+    the paced engine's prediction. Right events (and the watermark's history) come from
     every arrival ds the widest candidate window reaches, and at least ``days[0] − 1 .. days[-1] + 1``,
     as far as they have landed."""
     from pyspark.sql import functions as F
@@ -331,6 +338,7 @@ def observe(
     from jobs.accuracy.lateness import batch_clock
     from jobs.join.columns import ARRIVAL_TIME, col_name
     from jobs.join.conditions import match_condition, predicate_columns
+    from jobs.join.paced_operator import shard_of
     from jobs.join.variants import missing_days, window_day_offsets
     from jobs.steps.batch import landed_days
     from jobs.storage import delta_io
@@ -357,6 +365,8 @@ def observe(
             .select(
                 F.col(st.id).cast("string").alias("id"),
                 F.col("ds").cast("string").alias("ds"),
+                F.concat_ws("\u001f", *[F.col(k).cast("string") for k in st.key]).alias("k"),  # the join key
+                shard_of([F.col(k) for k in st.key], spec.streaming.paced.shards).alias("shard"),  # the paced engine's
                 F.unix_millis(ARRIVAL_TIME).alias("a"),
                 F.unix_micros(st.event_time).alias("e"),
             )
@@ -453,4 +463,5 @@ __all__ = [
     "p99",
     "per_ds_rates",
     "stream_lateness",
+    "window_rates",
 ]

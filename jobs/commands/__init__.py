@@ -340,8 +340,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     )
     spark, days = _spark("recommend", classic=args.verify), _ds_range(args)  # --verify streams
     console = _console()
-    with console.status(f"measuring candidates over the landed days ({cadence.label()})"):
-        rec = recommend(spark, spec, days, cadence=cadence)
+    what = f"measuring candidates over the landed days ({cadence.label()})"
+    with console.status(what) as status:
+
+        def on_window(done: int, total: int) -> None:  # a paced spec's windows take seconds each
+            status.update(f"{what}: {done}/{total} windows run by the paced engine's rules")
+
+        rec = recommend(spark, spec, days, cadence=cadence, on_window=on_window)
         path = save(spark, spec, rec)
     if args.json:
         if not args.verify:

@@ -171,7 +171,7 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
         .withWatermark(_CLOCK, "0 seconds")
         .drop(_CLOCK, _RPT)
     )
-    stream = stream.withColumn(_SHARD, F.pmod(F.hash(*keys), F.lit(spec.streaming.paced.shards)))
+    stream = stream.withColumn(_SHARD, shard_of([F.col(k) for k in keys], spec.streaming.paced.shards))
     key_schema = StructType([stream.schema[k] for k in keys])
     processor = PacedJoinProcessor(
         rules_of(spec), dictionaries, stream.columns, key_schema, spec.streaming.paced.blocks
@@ -181,6 +181,11 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
     )
     left, right = _unpacked(spec, "left", _LEFT_ROW), _unpacked(spec, "right", _RIGHT_ROW)
     return joined.select(left[-1], *left[:-1], *right, REVISION, METRIC, COUNT)
+
+
+def shard_of(key: list[Column], shards: int) -> Column:
+    """A join key's shard: which of the operator's grouping keys holds it (its timers fire by shard)."""
+    return F.pmod(F.hash(*key), F.lit(shards))
 
 
 def _meta(side: Column, left_pt: Column, right_pt: Column, *event: Column) -> Column:

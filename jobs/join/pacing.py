@@ -18,6 +18,8 @@ SIDES = ("left", "right")
 MAX_STEPS = 256
 #: Records a stream admits per pacing step while a PT is still unknown (:func:`pace_steps`).
 WARMUP_RECORDS = 200
+#: Both PTs once a bounded run drains (its last windows close with what was read): 9999-12-31T23:59:59Z.
+DRAIN_PT = 253_402_300_799_000
 
 
 @dataclass

@@ -65,9 +65,15 @@ def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str |
     return text + (": " + ", ".join(details) if details else "") + "."
 
 
+def is_paced(rec: dict) -> bool:
+    """A recommendation for the paced engine: its candidates are windows, with no watermark delays."""
+    return dict_of(rec.get("inputs")).get("engine") == "paced"
+
+
 def frontier_rows(rec: dict, baseline_rate: float | None) -> list[dict]:
     """The Pareto frontier as table rows, the deployed and chosen settings marked."""
     dep = dict_of(rec.get("deployed"))
+    paced = is_paced(rec)
 
     def key(lo: Any, hi: Any, lw: Any, rw: Any) -> tuple:
         return tuple(num(v) for v in (lo, hi, lw, rw))
@@ -88,7 +94,9 @@ def frontier_rows(rec: dict, baseline_rate: float | None) -> list[dict]:
                 "latency": fmt_duration(p.get("p99_latency_s")),
                 "memory": fmt_bytes(p.get("memory_bytes")),
                 "window": fmt_window(p.get("lower_s"), p.get("upper_s")),
-                "watermarks": f"{fmt_duration(p.get('left_watermark_s'))} / {fmt_duration(p.get('right_watermark_s'))}",
+                "watermarks": DASH
+                if paced
+                else f"{fmt_duration(p.get('left_watermark_s'))} / {fmt_duration(p.get('right_watermark_s'))}",
                 "chosen": k == chosen,
                 "deployed": k == deployed,
             }
@@ -100,10 +108,23 @@ def recommendation_model(rec: dict, spec: dict, advice: dict | None = None) -> d
     deployed = dict_of(rec.get("deployed"))
     dep_window = deployed.get("window") or spec.get("window")
     new_window = rec.get("window") or fmt_window(rec.get("lower_s"), rec.get("upper_s"))
-    rows = [
-        ("Window", dep_window or DASH, new_window),
+    paced = is_paced(rec)
+    chosen = dict_of(rec.get("chosen"))
+    delays = [
         ("Left watermark", fmt_spec_duration(spec.get("left_watermark")), fmt_duration(rec.get("left_watermark_s"))),
         ("Right watermark", fmt_spec_duration(spec.get("right_watermark")), fmt_duration(rec.get("right_watermark_s"))),
+    ]
+    # the paced engine waits for PTs: no delays to change; its first answers beside the final ones
+    first = [
+        (
+            "First answers (predicted)",
+            fmt_pct(deployed.get("first_answer_rate")),
+            fmt_pct(chosen.get("first_answer_rate")),
+        )
+    ]
+    rows = [
+        ("Window", dep_window or DASH, new_window),
+        *(first if paced else delays),
         ("Match rate (predicted)", fmt_pct(deployed.get("match_rate")), fmt_pct(rec.get("predicted_match_rate"))),
         (
             "Memory (right window state)",
@@ -130,7 +151,7 @@ def recommendation_model(rec: dict, spec: dict, advice: dict | None = None) -> d
     ]
     # one watermark answer: the chosen delays; the PT method (paper §5.3) is evidence beside them
     evidence = []
-    for side in ("left", "right"):
+    for side in () if paced else ("left", "right"):
         adv = dict_of(dict_of(advice).get(side))
         if num(adv.get("recommended_delay_s")) is not None:
             evidence.append(

@@ -261,7 +261,8 @@ def format_bytes(n: float) -> str:
     """Bytes for people, binary units: ``536870912 -> "512MiB"``, ``1.5 * 2**30 -> "1.5GiB"``."""
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
-            return f"{n / size:.3g}{unit}"
+            text = f"{n / size:.3g}"
+            return f"{text if 'e' not in text else f'{n / size:.0f}'}{unit}"  # 1023.9 KiB: "1024KiB", not "1.02e+03"
     return f"{n:.0f}B"
 
 

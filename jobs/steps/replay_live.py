@@ -125,6 +125,12 @@ def _midnight_ms(d: date, tz: str) -> int:
     return int(datetime.combine(d, datetime.min.time(), ZoneInfo(tz)).timestamp() * 1000)
 
 
+def replay_span_ms(days: list[date], tz: str) -> tuple[int, int]:
+    """The arrival times a replay of ``days`` reads (epoch ms, end exclusive): from the first day's
+    midnight to the end of the day after the last (its tail: the records late into the next day)."""
+    return _midnight_ms(min(days), tz), _midnight_ms(max(days) + timedelta(days=2), tz)
+
+
 def held_days(bootstrap: str, topics: list[str], tz: str) -> list[date]:
     """Every arrival day (``tz``) from the topics' earliest to their latest record."""
     span = kafka.time_span(bootstrap, topics)
@@ -301,8 +307,7 @@ def replay_as_live(
     days = sorted(days) if days else held_days(bootstrap, src, source.timezone)
     if not days:
         raise ValueError(f"topics {', '.join(src)} hold no records to replay")
-    start_ms = _midnight_ms(days[0], source.timezone)
-    end_ms = _midnight_ms(days[-1] + timedelta(days=2), source.timezone)  # + the following day (tail)
+    start_ms, end_ms = replay_span_ms(days, source.timezone)
     step = int(round(slice_minutes * 60_000))
     total = (end_ms - 1) // step - start_ms // step + 1
     topics = replay_topics(spec)

@@ -48,7 +48,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from jobs.join.event_times import event_time_reader
-from jobs.join.pacing import SIDES, ReadAhead, pace_steps
+from jobs.join.pacing import DRAIN_PT, SIDES, ReadAhead, pace_steps
 from jobs.join.pt_estimator import PTEstimator
 from jobs.spec import JoinSpec, recorded_spec
 
@@ -65,8 +65,7 @@ PACED = "@paced"
 TICK = "tick"
 #: Snapshots of the estimators kept beside the checkpoint (a restart needs the last one only).
 _KEEP_SNAPSHOTS = 3
-#: The PTs of a drained source (the end of a bounded trial): every window closes.
-DRAIN_PT = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+#: A bounded run's request to drain (both PTs to :data:`~jobs.join.pacing.DRAIN_PT`): every window closes.
 _DRAIN_FILE = "drain"
 
 

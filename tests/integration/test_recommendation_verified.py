@@ -173,3 +173,40 @@ def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeli
     print(f"predicted {100 * res['predicted']:.3f}%, measured {100 * res['measured']:.3f}%, {res['diff_pp']:+.3f} pp")
     assert abs(res["diff_pp"]) <= WITHIN_PP and res["within"]
     assert code == 0, "the measured match rate is not within 0.05 pp of the prediction"
+
+
+def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_the_same(
+    demo_pipeline, spark, kafka, demo_spec, test_settings
+):
+    """The paced engine's prediction (jobs.accuracy.paced_model: its pacing and its operator run
+    over the landed records) on a small grid, the chosen window then replayed as live on the paced
+    engine, with late corrections: the final match rate per ds and the first answers' p99 latency
+    as predicted."""
+    from jobs.accuracy.lateness import Cadence
+    from jobs.accuracy.recommend import recommend
+    from jobs.accuracy.verify import verify
+    from jobs.spec import Corrections, Engine
+
+    paced = demo_spec.model_copy(
+        update={
+            "streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced}),
+            "corrections": Corrections.model_validate({"horizon": "12h"}),
+        }
+    )
+    cadence = Cadence(SLICE_MINUTES * 60, replay=True)
+    rec = recommend(spark, paced, DAYS, s=test_settings, cadence=cadence, lowers=(-600,), uppers=(600,))
+    tried = {(w["lower_s"], w["upper_s"]) for w in rec.windows}
+    assert tried == {(-600, 600), (-600, 1800), (-10800, 600), (-10800, 1800)}  # the grid and the deployed window
+    c = rec.chosen
+    assert c.paced and (c.left_delay_s, c.right_delay_s) == (0, 0) and "paced engine" in rec.explanation[0]
+    assert c.first_answer_rate <= c.match_rate <= c.window_rate and set(c.per_ds) == {str(d) for d in DAYS}
+    res = verify(spark, paced, rec, DAYS, bootstrap=kafka, slice_minutes=SLICE_MINUTES, s=test_settings)
+    print(
+        f"\npaced {c.label()}: predicted {100 * res.predicted:.3f}%, measured {100 * res.measured:.3f}% "
+        f"({res.diff_pp:+.3f} pp); p99 {res.predicted_p99_latency_s:.0f}s vs {res.measured_p99_latency_s:.0f}s; "
+        + "; ".join(res.notes)
+    )
+    assert res.output_rows > 0 and [d.ds for d in res.days] == [str(d) for d in DAYS]
+    assert all(abs(d.diff_pp) <= WITHIN_PP for d in res.days) and res.within(WITHIN_PP)
+    # each first answer in the micro-batch the model emits it in
+    assert res.measured_p99_latency_s == pytest.approx(res.predicted_p99_latency_s, abs=1)

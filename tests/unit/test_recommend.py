@@ -255,6 +255,7 @@ def test_budgets_are_part_of_the_spec(demo_spec_data):
 
     assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes("2GiB") == 2 * 2**30 and parse_bytes("1.5GB") == 1.5e9
     assert format_bytes(512 * 2**20) == "512MiB"
+    assert format_bytes(1023.9 * 2**10) == "1024KiB"  # not "1.02e+03KiB"
     data = demo_spec_data()
     data["budgets"] = {"output_latency": "1h30m", "state_memory": "512MiB"}
     spec = parse_spec(data)
@@ -288,11 +289,14 @@ def test_verify_compares_like_with_like_and_clears_only_trial_pipelines(demo_spe
     assert not old.exists()
 
 
-def test_a_paced_spec_is_told_first_that_the_prediction_models_the_native_engine(demo_spec):
-    from jobs.accuracy.recommend import engine_caveat
-    from jobs.spec import Engine
+def test_a_paced_spec_is_told_first_what_its_prediction_runs(demo_spec):
+    from jobs.accuracy.paced_model import engine_note
+    from jobs.spec import Corrections, Engine
 
-    assert engine_caveat(demo_spec) == []
+    assert engine_note(demo_spec) == []
     paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
-    [caveat] = engine_caveat(paced)
-    assert "paced engine" in caveat and "native engine" in caveat and "replay-as-live" in caveat
+    [note] = engine_note(paced)
+    assert "paced engine" in note and "no watermark delays" in note and "first answer" in note
+    amended = paced.model_copy(update={"corrections": Corrections.model_validate({"horizon": "12h"})})
+    [note] = engine_note(amended)
+    assert "late corrections within 12h merged in" in note

@@ -438,6 +438,33 @@ def test_parse_window(text, expected):
     assert parse_window(text) == expected
 
 
+def test_a_paced_recommendation_shows_its_first_answers_and_no_watermark_delays():
+    """The paced engine waits for PTs: its section has no delays to change (none were chosen), and
+    its first answers beside the final match rate."""
+    from jobs.report.recommendation_view import frontier_rows, recommendation_model
+
+    point = {"lower_s": -600, "upper_s": 1800, "left_watermark_s": 0, "right_watermark_s": 0, "match_rate": 0.93}
+    rec = {
+        "window": "[-10m, +30m]",
+        **point,
+        "predicted_match_rate": 0.93,
+        "chosen": {"first_answer_rate": 0.925},
+        "deployed": {"window": "[-3h, +30m]", "match_rate": 0.932, "first_answer_rate": 0.929},
+        "frontier": [point],
+        "inputs": {"engine": "paced"},
+    }
+    spec = {"window": "[-3h, +30m]", "left_watermark": "10m", "right_watermark": "2h"}
+    rows = {r["what"]: r for r in recommendation_model(rec, spec)["rows"]}
+    assert "Left watermark" not in rows and "Right watermark" not in rows
+    assert (rows["First answers (predicted)"]["deployed"], rows["First answers (predicted)"]["recommended"]) == (
+        fmt_pct(0.929),
+        fmt_pct(0.925),
+    )
+    assert [r["watermarks"] for r in frontier_rows(rec, None)] == ["—"]
+    native = {r["what"] for r in recommendation_model({**rec, "inputs": {}}, spec)["rows"]}
+    assert {"Left watermark", "Right watermark"} <= native and "First answers (predicted)" not in native
+
+
 def test_recommendation_sentence_verbs():
     spec = {"window": "[-3h, +30m]"}
     assert recommendation_sentence({"window": "[-3h, +30m]"}, spec).startswith("Keep the window at [-3h, +30m]")
