@@ -137,33 +137,46 @@ def test_a_live_prediction_leaves_the_drains_rows_out_of_the_latency():
 def test_skipping_the_idle_timers_gives_the_engines_answers(left_lateness_ms, right_lateness_ms, keys, batch_ms, rules):
     """A key whose timer fires while nothing can change it is not stepped (the engine steps it, to
     no effect): the same answers, counters, state peak and latencies as stepping it every time."""
-    rng = np.random.default_rng(5)
-    n = 6000
-    lt = T0 + np.sort(rng.integers(0, 86_400_000, n))
-    key = [f"k{rng.integers(0, keys or n)}" for _ in range(n)]
-    has = rng.random(n) < 0.9
-    rt = lt[has] + rng.integers(-15 * MIN, 15 * MIN, int(has.sum()))
-    left = Records(key, lt, lt + rng.exponential(left_lateness_ms, n).astype(np.int64), [f"l{i}" for i in range(n)])
-    right = Records(
-        [k for k, h in zip(key, has) if h],
-        rt,
-        rt + rng.exponential(right_lateness_ms, len(rt)).astype(np.int64),
-        [f"r{i}" for i in range(len(rt))],
-    )
     # 256 shards, as the engine's default: most micro-batches leave some without records, so their
     # keys go by the watermark
-    shard = dict(zip(sorted(set(key)), rng.integers(0, 256, len(set(key))).tolist()))
-    left, right = (replace(r, shards=np.array([shard[k] for k in r.keys])) for r in (left, right))
+    left, right = random_streams(5, keys or 6000, left_lateness_ms, right_lateness_ms, shard_salt="5")
     pacing = replace(PACING, batch_ms=batch_ms, percentile=50.0 if rules.per_key_cap else PACING.percentile)
-    batches = paced_batches(left, right, rules.upper, pacing)
+    every = assert_idle_steps_change_nothing(paced_batches(left, right, rules.upper, pacing), left, right, rules)
+    late = {"right_late_dropped", "left_late_closed", "left_amended", "right_cap_evicted"}
+    assert every.counts.get("right_late_dropped") and len(late & every.counts.keys()) >= 2  # what idle steps could move
+
+
+def random_streams(seed, keys, left_lateness_ms, right_lateness_ms, *, shard_salt, n=6000, t0=T0):
+    """``n`` left events over a day on ``keys`` keys, 90% with a click within 15 min either side,
+    both arriving exponentially late; each key in one of 256 shards (crc32 of the salted key)."""
+    import zlib
+
+    rng = np.random.default_rng(seed)
+    lt = t0 + np.sort(rng.integers(0, 86_400_000, n))
+    la = lt + rng.exponential(left_lateness_ms, n).astype(np.int64)
+    key = [f"k{rng.integers(0, keys)}" for _ in range(n)]
+    has = rng.random(n) < 0.9
+    rt = lt[has] + rng.integers(-15 * MIN, 15 * MIN, int(has.sum()))
+    ra = rt + rng.exponential(right_lateness_ms, len(rt)).astype(np.int64)
+    rkeys = [k for k, h in zip(key, has) if h]
+
+    def shards(ks):
+        return np.array([zlib.crc32(f"{shard_salt}{k}".encode()) % 256 for k in ks])
+
+    return (
+        Records(key, lt, la, [f"l{i}" for i in range(n)], shards(key)),
+        Records(rkeys, rt, ra, [f"r{i}" for i in range(len(rt))], shards(rkeys)),
+    )
+
+
+def assert_idle_steps_change_nothing(batches, left, right, rules):
     every = run_operator(batches, left, right, rules, skip_idle=False)
     skipped = run_operator(batches, left, right, rules)
     for name in ("first_matched", "final_matched", "decided"):
         assert np.array_equal(getattr(every, name), getattr(skipped, name)), name
     assert every.counts == skipped.counts and every.peak_events == skipped.peak_events
     assert sorted(zip(every.latency_left, every.latency_s)) == sorted(zip(skipped.latency_left, skipped.latency_s))
-    late = {"right_late_dropped", "left_late_closed", "left_amended", "right_cap_evicted"}
-    assert every.counts.get("right_late_dropped") and len(late & every.counts.keys()) >= 2  # what idle steps could move
+    return every
 
 
 def test_a_key_whose_shard_has_no_records_closes_by_the_watermark_one_micro_batch_later():
@@ -191,28 +204,7 @@ def test_a_key_whose_shard_has_no_records_closes_by_the_watermark_one_micro_batc
 def test_a_key_waiting_for_its_shards_stale_left_pt_is_stepped_as_the_engine_steps_it():
     """Keys whose shard had records only before the left PT was known go by the bound the right PT
     gives (no left PT of their own to wait for): skipping idle timers must not park them for good."""
-    import zlib
-
-    rng = np.random.default_rng(1)
-    n = 6000
-    lt = 1_700_000_000_000 + np.sort(rng.integers(0, 86_400_000, n))
-    la = lt + rng.exponential(30 * MIN, n).astype(np.int64)
-    key = [f"k{rng.integers(0, 800)}" for _ in range(n)]
-    has = rng.random(n) < 0.9
-    rt = lt[has] + rng.integers(-15 * MIN, 15 * MIN, int(has.sum()))
-    ra = rt + rng.exponential(10 * MIN, len(rt)).astype(np.int64)
-    rkeys = [k for k, h in zip(key, has) if h]
-
-    def shards(keys):
-        return np.array([zlib.crc32(f"1{k}".encode()) % 256 for k in keys])
-
-    left = Records(key, lt, la, [f"l{i}" for i in range(n)], shards(key))
-    right = Records(rkeys, rt, ra, [f"r{i}" for i in range(len(rt))], shards(rkeys))
+    left, right = random_streams(1, 800, 30 * MIN, 10 * MIN, shard_salt="1", t0=1_700_000_000_000)
     rules = replace(RULES, lower=-10 * MIN, upper=10 * MIN, one_to_one=False, per_key_cap=3)
     batches = paced_batches(left, right, rules.upper, replace(PACING, batch_ms=5 * MIN, percentile=50.0))
-    every = run_operator(batches, left, right, rules, skip_idle=False)
-    skipped = run_operator(batches, left, right, rules)
-    for name in ("first_matched", "final_matched", "decided"):
-        assert np.array_equal(getattr(every, name), getattr(skipped, name)), name
-    assert every.counts == skipped.counts and every.peak_events == skipped.peak_events
-    assert sorted(zip(every.latency_left, every.latency_s)) == sorted(zip(skipped.latency_left, skipped.latency_s))
+    assert_idle_steps_change_nothing(batches, left, right, rules)
