@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
             cmd(
                 "recommend",
                 commands.cmd_recommend,
-                "recommend a window and watermark delays from the landed days (one-pass sweep)",
+                "recommend a window and watermark delays from the landed days (one-pass sweep; "
+                "for the paced engine a window, each run by its own rules)",
             )
         )
     )

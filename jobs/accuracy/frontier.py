@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from jobs.accuracy.paced_model import FIRST_ANSWER_RATE
 from jobs.spec import fmt_duration, format_bytes
 
 #: Match rates within this many percentage points are ties (one left event in 10,000).
@@ -78,7 +79,7 @@ def describe(c: pd.Series) -> str:
     from jobs.accuracy.sweep import format_candidate
 
     window = f"window {format_candidate(int(c.lower_s), int(c.upper_s))}"
-    if "first_answer_rate" in c.index:  # the paced engine's (jobs.accuracy.paced_model): no watermark delays
+    if FIRST_ANSWER_RATE in c.index:  # the paced engine's: no watermark delays
         return window
     return f"{window}, watermarks left {fmt_duration(c.left_delay_s)} / right {fmt_duration(c.right_delay_s)}"
 

@@ -112,6 +112,8 @@ class Candidate:
 
     @classmethod
     def of(cls, row: pd.Series, recovery_s: float | None = None) -> Candidate:
+        """One row of a grid: :data:`jobs.accuracy.tradeoff.COLUMNS`, the paced engine's with its first answers."""
+        first = row.get(paced_model.FIRST_ANSWER_RATE)
         return cls(
             int(row.lower_s),
             int(row.upper_s),
@@ -122,6 +124,8 @@ class Candidate:
             float(row.p99_latency_s),
             float(row.memory_bytes),
             recovery_s,
+            paced=first is not None,
+            first_answer_rate=None if first is None else float(first),
         )
 
     def label(self) -> str:
@@ -324,7 +328,6 @@ def recommend(
         rows_in_state = c.memory_bytes / bpr
         c.recovery_s = rows_in_state / replay if replay else None
         if paced:
-            c.paced, c.first_answer_rate = True, float(row.first_answer_rate)
             c.per_ds = paced_per_ds[(c.lower_s, c.upper_s)]
         else:
             c.per_ds = per_ds_rates(obs, (c.lower_s, c.upper_s), c.left_delay_s, c.right_delay_s)
@@ -338,8 +341,6 @@ def recommend(
         chosen_row = frontier.pareto(grid).iloc[0]
     chosen = cand(chosen_row)
     front = [Candidate.of(r) for _, r in frontier.pareto(grid).iterrows()]
-    for f in front:
-        f.paced = paced
     tried = _windows(grid, chosen)
     ref = mean_rate("reference")
     ref_source = (

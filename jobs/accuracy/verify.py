@@ -171,7 +171,6 @@ def predict_trial(
     if spec.streaming.engine == Engine.paced:
         grid, per_ds, _, batches = paced_grid(spec, obs, rec, cadence, [window], progress)
         at_trial = Candidate.of(grid.iloc[0])
-        at_trial.paced, at_trial.first_answer_rate = True, float(grid.iloc[0].first_answer_rate)
         at_trial.per_ds = per_ds[window]
     else:
         row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory_model(progress, rec))

@@ -290,6 +290,8 @@ def _frontier_table(rec: Any) -> Any:
 
     from jobs.spec import fmt_duration, format_bytes
 
+    # the paced engine has no watermark delays: its first answers instead (its match rate is the final one)
+    paced = rec.chosen.paced
     t = Table(title=f"Pareto frontier: match rate vs p99 latency ({rec.cadence})", title_justify="left")
     for col in (
         "",
@@ -299,7 +301,7 @@ def _frontier_table(rec: Any) -> Any:
         "p99 latency",
         "memory",
         "window",
-        "watermarks",
+        "first answers" if paced else "watermarks",
     ):
         t.add_column(col, justify="left" if col in ("", "window", "watermarks") else "right")
     rows = {c.key(): c for c in rec.frontier}
@@ -320,7 +322,7 @@ def _frontier_table(rec: Any) -> Any:
             fmt_duration(c.p99_latency_s),
             format_bytes(c.memory_bytes),
             c.label(),
-            c.watermarks(),
+            f"{100 * (c.first_answer_rate or 0):.2f}%" if paced else c.watermarks(),
             style=style,
         )
     return t
