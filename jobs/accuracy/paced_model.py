@@ -321,8 +321,8 @@ def evaluate_paced(
     """Every window (seconds) run as the paced engine: the rows of :data:`jobs.accuracy.tradeoff.COLUMNS`
     plus :data:`FIRST_ANSWER_RATE`, over the left events ``in_days`` (a mask over ``left``); and each
     window's :class:`Answers`. ``rules`` gives everything but the window; ``drain_latency`` as
-    :func:`run_operator`'s; ``on_window(done, total)``
-    after each window (a window is a run of the rules: seconds each)."""
+    :func:`run_operator`'s; ``on_window(done, total)`` after each window (each is a run of the
+    rules: seconds)."""
     n = int(np.count_nonzero(in_days))
     rows, answers = [], {}
     for upper in sorted({b for _, b in windows}):
@@ -336,10 +336,10 @@ def evaluate_paced(
             lat = np.asarray(ans.latency_s)[in_days[np.asarray(ans.latency_left, dtype=np.int64)]]
             final = int(np.count_nonzero(ans.final_matched & in_days))
             first = int(np.count_nonzero(ans.first_matched & in_days))
-            rate = lambda k: k / n if n else float("nan")
+            final_rate, first_rate = (final / n, first / n) if n else (float("nan"), float("nan"))
             rows.append(
-                (a, b, 0, 0, n, final, rate(final), window_rate.get((a, b), float("nan")), p99(lat),
-                 ans.peak_events * bytes_per_event, rate(first))
+                (a, b, 0, 0, n, final, final_rate, window_rate.get((a, b), float("nan")), p99(lat),
+                 ans.peak_events * bytes_per_event, first_rate)
             )  # fmt: skip
     return pd.DataFrame(rows, columns=[*COLUMNS, FIRST_ANSWER_RATE]), answers
 
@@ -381,9 +381,9 @@ def paced_grid(
     progress: list,
     on_window: Callable[[int, int], None] | None = None,
 ) -> tuple[pd.DataFrame, dict, float, int]:
-    """The paced engine's candidates (:func:`jobs.accuracy.evaluate_paced`) over the
-    records a trial of these days replays: (grid, per window its rates per ds, bytes per held event,
-    micro-batches of the first window's run)."""
+    """The paced engine's candidates (:func:`evaluate_paced`) over the records a trial of these days
+    replays (``rec``: :func:`jobs.accuracy.tradeoff.observe`'s): (grid, per window its final rates
+    per ds, bytes per held event, micro-batches of the first window's run)."""
     from jobs.join.paced_operator import rules_of
     from jobs.steps.replay_live import replay_span_ms
 
