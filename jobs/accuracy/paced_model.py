@@ -380,10 +380,10 @@ def paced_grid(
     windows: list[tuple[int, int]],
     progress: list,
     on_window: Callable[[int, int], None] | None = None,
-) -> tuple[pd.DataFrame, dict, float, int]:
+) -> tuple[pd.DataFrame, dict, float, dict]:
     """The paced engine's candidates (:func:`evaluate_paced`) over the records a trial of these days
-    replays (``rec``: :func:`jobs.accuracy.tradeoff.observe`'s): (grid, per window its final rates
-    per ds, bytes per held event, micro-batches of the first window's run)."""
+    replays (``rec``: :func:`jobs.accuracy.tradeoff.observe`'s, with ``keys``): (grid, per window
+    its final rates per ds, bytes per held event, per window the micro-batches its run makes)."""
     from jobs.join.paced_operator import rules_of
     from jobs.steps.replay_live import replay_span_ms
 
@@ -408,10 +408,9 @@ def paced_grid(
         in_days=in_days, window_rate=window_rates(obs, windows), bytes_per_event=bpe,
         drain_latency=cadence.replay, on_window=on_window,  # a trial drains at its end; a live stream does not
     )  # fmt: skip
-    batches = next(iter(answers.values())).micro_batches if answers else 0
     left_ds = pd.Categorical(sides["left"].ds, categories=obs.days).codes.astype(np.int64)
     per_ds = {w: per_ds_rates(a, left_ds, obs.days) for w, a in answers.items()}
-    return grid, per_ds, bpe, batches
+    return grid, per_ds, bpe, {w: a.micro_batches for w, a in answers.items()}
 
 
 def paced_bytes_per_event(progress: list[dict]) -> float | None:

@@ -267,7 +267,8 @@ def recommend(
         "right_delay_s": sorted({*right_delays, dep[3]}),
     }
     widest = (axes["lower_s"][0], axes["upper_s"][-1])
-    obs, rec = observe(spark, spec, days, cadence, widest, s)
+    paced = spec.streaming.engine == Engine.paced
+    obs, rec = observe(spark, spec, days, cadence, widest, s, keys=paced)
     if len(obs.pair_left) == 0:  # no left event has a partner in any candidate window: nothing to measure
         raise delta_io.MissingInput(
             f"ds {', '.join(map(str, days))}: {obs.left_events:,} left events and no right event within "
@@ -280,9 +281,8 @@ def recommend(
     memory = memory_model(progress, rec)
     bpr = memory.bytes_per_row
     windows = [(a, b) for a in axes["lower_s"] for b in axes["upper_s"] if a <= b]
-    paced = spec.streaming.engine == Engine.paced
     paced_per_ds: dict[tuple[int, int], dict[str, float]] = {}
-    paced_batches = 0
+    paced_batches: dict[tuple[int, int], int] = {}
     if paced:  # the window is the only knob: no delays, no refinement (each window is a run of the rules)
         axes["left_delay_s"] = axes["right_delay_s"] = [0]
         dep = (*dep[:2], 0, 0)
@@ -419,7 +419,7 @@ def recommend(
             "left_events": obs.left_events,
             "pairs": int(len(obs.pair_left)),
             "sample_share": obs.sample_share,
-            "batches": paced_batches if paced else int(len(obs.clock.end_ms)),
+            "batches": paced_batches[(chosen.lower_s, chosen.upper_s)] if paced else int(len(obs.clock.end_ms)),
             "cadence_s": cadence.batch_s,
             "late_lag": cadence.late_lag,
             "incomplete": obs.waiting,

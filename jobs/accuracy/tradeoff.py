@@ -326,13 +326,13 @@ class StreamLateness:
 
 
 def observe(
-    spark, spec: JoinSpec, days: list[date], cadence: Cadence, widest: tuple[int, int], s=None
+    spark, spec: JoinSpec, days: list[date], cadence: Cadence, widest: tuple[int, int], s=None, *, keys: bool = False
 ) -> tuple[Observed, dict[str, Any]]:
-    """Read the landed days once: the :class:`Observed` arrays, and per stream its records'
-    (id, ds, join key, the paced engine's shard of it, arrival ms, event µs) for the evidence and
-    the paced engine's prediction. Right events (and the watermark's history) come from
-    every arrival ds the widest candidate window reaches, and at least ``days[0] − 1 .. days[-1] + 1``,
-    as far as they have landed."""
+    """Read the landed days once: the :class:`Observed` arrays, and per stream its records' (id, ds,
+    arrival ms, event µs) for the evidence; with ``keys`` also each record's join key and the paced
+    engine's shard of it (its prediction, :mod:`jobs.accuracy.paced_model`). Right events (and the
+    watermark's history) come from every arrival ds the widest candidate window reaches, and at
+    least ``days[0] − 1 .. days[-1] + 1``, as far as they have landed."""
     from pyspark.sql import functions as F
 
     from jobs.accuracy.lateness import batch_clock
@@ -365,8 +365,14 @@ def observe(
             .select(
                 F.col(st.id).cast("string").alias("id"),
                 F.col("ds").cast("string").alias("ds"),
-                F.concat_ws("\u001f", *[F.col(k).cast("string") for k in st.key]).alias("k"),  # the join key
-                shard_of([F.col(k) for k in st.key], spec.streaming.paced.shards).alias("shard"),  # the paced engine's
+                *(
+                    [
+                        F.concat_ws("\u001f", *[F.col(k).cast("string") for k in st.key]).alias("k"),
+                        shard_of([F.col(k) for k in st.key], spec.streaming.paced.shards).alias("shard"),
+                    ]
+                    if keys
+                    else []
+                ),
                 F.unix_millis(ARRIVAL_TIME).alias("a"),
                 F.unix_micros(st.event_time).alias("e"),
             )

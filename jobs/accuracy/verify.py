@@ -166,12 +166,13 @@ def predict_trial(
 
     cadence = default_cadence(spec, slice_minutes)
     window = (chosen.lower_s, chosen.upper_s)
-    obs, rec = observe(spark, spec, days, cadence, window, s)
+    paced = spec.streaming.engine == Engine.paced
+    obs, rec = observe(spark, spec, days, cadence, window, s, keys=paced)
     progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
-    if spec.streaming.engine == Engine.paced:
-        grid, per_ds, _, batches = paced_grid(spec, obs, rec, cadence, [window], progress)
+    if paced:
+        grid, per_ds, _, runs = paced_grid(spec, obs, rec, cadence, [window], progress)
         at_trial = Candidate.of(grid.iloc[0])
-        at_trial.per_ds = per_ds[window]
+        at_trial.per_ds, batches = per_ds[window], runs[window]
     else:
         row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory_model(progress, rec))
         at_trial = Candidate.of(row.iloc[0])
