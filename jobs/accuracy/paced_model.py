@@ -19,11 +19,10 @@ do not apply) and ``first_answer_rate``:
 * ``memory_bytes``: the peak of the events the operator holds over the micro-batches, times the
   bytes per held event its state stored when the stream ran.
 
-As the engine steps a key: in a micro-batch where its shard (the operator's grouping key) has
-records, by that micro-batch's PTs; else by the shard's timer, which Spark fires by the watermark
-(the previous micro-batch's right PT), with the left PT the shard's last records carried. The
+As the engine steps a key: in every micro-batch (its tick reaches every shard), when it has
+records or its next timer is due by the micro-batch's right PT, with the micro-batch's PTs. The
 same run's end as a replay-as-live trial's: the held-back records are read after the last slice,
-then the source drains (both PTs to :data:`~jobs.join.pacing.DRAIN_PT`, two micro-batches).
+then the source drains (both PTs to :data:`~jobs.join.pacing.DRAIN_PT`, one micro-batch).
 ``recommend --verify`` holds it to such a trial (README, "The recommendation").
 """
 
@@ -51,22 +50,17 @@ FIRST_ANSWER_RATE = "first_answer_rate"
 
 @dataclass(frozen=True)
 class Records:
-    """One stream's records: join key (any hashable), event time and arrival (epoch ms), id, and
-    the operator's shard of the key (:func:`jobs.join.paced_operator.shard_of`; None: every shard
-    is taken to have records in every micro-batch)."""
+    """One stream's records: join key (any hashable), event time and arrival (epoch ms), and id."""
 
     keys: list
     t_ms: np.ndarray
     arrival_ms: np.ndarray
     ids: list[str]
-    shards: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.keys)
         if not (len(self.t_ms) == len(self.arrival_ms) == len(self.ids) == n):
             raise ValueError("keys, t_ms, arrival_ms and ids must have one entry per record")
-        if self.shards is not None and len(self.shards) != n:
-            raise ValueError("shards must have one entry per record")
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -133,8 +127,7 @@ def paced_batches(left: Records, right: Records, upper_ms: int, p: Pacing) -> li
     end = int((slices[-1] + 1) * p.batch_ms) if len(slices) else 0
     while (waiting["left"] or waiting["right"]) and admit(end):
         pass
-    # the drain is two micro-batches: the first moves the watermark, the second fires every timer
-    batches += [Batch(end, [], [], DRAIN_PT, DRAIN_PT, drain=True) for _ in range(2)]
+    batches.append(Batch(end, [], [], DRAIN_PT, DRAIN_PT, drain=True))
     return batches
 
 
@@ -193,11 +186,9 @@ def run_operator(
     drain_latency: bool = True,
     skip_idle: bool = True,
 ) -> Answers:
-    """The operator over ``batches``, per join key, as the engine steps it. In a micro-batch where
-    the key's shard has records (:class:`Records` ``shards``): the key if it has records or its
-    next timer is due by the micro-batch's right PT, with its PTs. Else by the shard's timer, which
-    Spark fires by the watermark, the previous micro-batch's right PT: the key if its next timer is
-    due by that, with that right PT and the left PT the shard's last records carried.
+    """The operator over ``batches``, per join key, as the engine steps it: in every micro-batch
+    (its tick reaches every shard), each key with records or whose next timer is due by the
+    micro-batch's right PT, with its PTs.
 
     ``drain_latency``: count the latency of the rows the drain emits (a trial's, which ends); a live
     stream's prediction does not (its windows close by the data that keeps coming). ``skip_idle``:
@@ -206,11 +197,6 @@ def run_operator(
     n = len(left)
     ans = Answers(np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
     ans.micro_batches = len(batches)
-    shard_of: dict = {}
-    for r in (left, right):
-        if r.shards is not None:
-            shard_of.update(zip(r.keys, r.shards.tolist()))
-    shard_lpt: dict = {}  # the left PT of a shard's last records (what its timers step by)
     states: dict = {}
     dues: dict = {}
     # (at, tie, key) heaps; an entry is stale unless its tie is the key's latest
@@ -218,9 +204,7 @@ def run_operator(
     parked_r: list[tuple[int, int, object]] = []  # due, waiting for the right PT to change it
     parked_l: list[tuple[int, int, object]] = []  # due, waiting for the left PT to change it
     parked: dict = {}
-    shard_wait: dict = {}  # shard -> parked keys waiting for its left PT (it moves when the shard has records)
     tie = held = 0
-    watermark: int | None = None
     for b in batches:
         todo: dict = {}
         for i in b.left:
@@ -229,54 +213,36 @@ def run_operator(
         for j in b.right:
             e = Event(int(right.t_ms[j]), int(right.arrival_ms[j]), 0, j, right.ids[j], j)
             todo.setdefault(right.keys[j], ([], []))[1].append(e)
-        rpt = b.right_pt
-        active = {shard_of[k] for k in todo} if shard_of else None
-        clocks = {k: (b.left_pt, rpt) for k in todo}
-
-        wm = watermark if watermark is not None and watermark > 0 else None
+        lpt, rpt = b.left_pt, b.right_pt
         woken: list = []
-        again: list[tuple[int, int, object]] = []
         while timers and rpt is not None and timers[0][0] <= rpt:
             due, t, k = heapq.heappop(timers)
             if dues.get(k) == due and k not in todo:
                 woken.append((k, t))
-        lpt_now = b.left_pt if b.left_pt is not None else rules.left_pt_bound(rpt)
+        eff = lpt if lpt is not None else rules.left_pt_bound(rpt)  # what eviction goes by
         while parked_r and rpt is not None and parked_r[0][0] <= rpt:
             woken += _unpark(heapq.heappop(parked_r), parked, todo)
-        while parked_l and lpt_now is not None and parked_l[0][0] < lpt_now:
+        while parked_l and eff is not None and parked_l[0][0] < eff:
             woken += _unpark(heapq.heappop(parked_l), parked, todo)
-        for sh in active or ():
-            for k, t in shard_wait.pop(sh, ()):
-                woken += _unpark((0, t, k), parked, todo)
         for k, t in woken:
-            stale = active is not None and shard_of[k] not in active  # stepped by its shard's timer
-            lpt, at = (shard_lpt.get(shard_of[k]), wm) if stale else (b.left_pt, rpt)
-            if at is None or dues[k] > at:  # its shard's timer is not due yet: Spark fires it by the watermark
-                again.append((dues[k], t, k))
-                continue
             by_r, by_l = _changes_at(states[k], rules) if skip_idle else (None, None)
-            eff = lpt if lpt is not None else rules.left_pt_bound(at)  # what eviction goes by
             if (
                 (by_r is None and by_l is None)
-                or (by_r is not None and by_r <= at)
+                or (by_r is not None and rpt is not None and by_r <= rpt)
                 or (by_l is not None and eff is not None and eff > by_l)
             ):
-                todo[k], clocks[k] = ([], []), (lpt, at)
+                todo[k] = ([], [])
                 continue
             parked[k] = t
             if by_r is not None:
                 heapq.heappush(parked_r, (by_r, t, k))
-            if stale and lpt is not None and by_l is not None and lpt_now is not None and lpt_now > by_l:
-                shard_wait.setdefault(shard_of[k], []).append((k, t))  # its shard's left PT moves with its records
-            elif by_l is not None:
+            if by_l is not None:
                 heapq.heappush(parked_l, (by_l, t, k))
-        for entry in again:
-            heapq.heappush(timers, entry)
         for k, (lefts, rights) in todo.items():
             parked.pop(k, None)
             state = states.pop(k, None) or KeyState()
             held -= _held(state)
-            out = step(state, rules, lefts, rights, *clocks[k])
+            out = step(state, rules, lefts, rights, lpt, rpt)
             for li, ri in out.pairs:
                 ans.decided[li] = True
                 if drain_latency or not b.drain:
@@ -298,9 +264,6 @@ def run_operator(
                     dues[k] = when
                     tie += 1
                     heapq.heappush(timers, (when, tie, k))
-        if active and b.left_pt is not None:
-            shard_lpt.update(dict.fromkeys(active, b.left_pt))
-        watermark = rpt if rpt is not None else watermark
         ans.peak_events = max(ans.peak_events, held)
     return ans
 
@@ -394,7 +357,7 @@ def paced_grid(
     def records(side: str) -> Records:
         r = sides[side]
         t, a = (r.e // 1000).to_numpy(np.int64), r.a.to_numpy(np.int64)
-        return Records(list(r.k), t, a, list(r.id), r.shard.to_numpy(np.int64))
+        return Records(list(r.k), t, a, list(r.id))
 
     p = spec.streaming.paced
     pacing = Pacing(

@@ -329,8 +329,8 @@ def observe(
     spark, spec: JoinSpec, days: list[date], cadence: Cadence, widest: tuple[int, int], s=None, *, keys: bool = False
 ) -> tuple[Observed, dict[str, Any]]:
     """Read the landed days once: the :class:`Observed` arrays, and per stream its records' (id, ds,
-    arrival ms, event µs) for the evidence; with ``keys`` also each record's join key and the paced
-    engine's shard of it (its prediction, :mod:`jobs.accuracy.paced_model`). Right events (and the
+    arrival ms, event µs) for the evidence; with ``keys`` also each record's join key (the paced
+    engine's prediction, :mod:`jobs.accuracy.paced_model`). Right events (and the
     watermark's history) come from every arrival ds the widest candidate window reaches, and at
     least ``days[0] − 1 .. days[-1] + 1``, as far as they have landed."""
     from pyspark.sql import functions as F
@@ -338,7 +338,6 @@ def observe(
     from jobs.accuracy.lateness import batch_clock
     from jobs.join.columns import ARRIVAL_TIME, col_name
     from jobs.join.conditions import match_condition, predicate_columns
-    from jobs.join.paced_operator import shard_of
     from jobs.join.variants import missing_days, window_day_offsets
     from jobs.steps.batch import landed_days
     from jobs.storage import delta_io
@@ -365,14 +364,7 @@ def observe(
             .select(
                 F.col(st.id).cast("string").alias("id"),
                 F.col("ds").cast("string").alias("ds"),
-                *(
-                    [
-                        F.concat_ws("\u001f", *[F.col(k).cast("string") for k in st.key]).alias("k"),
-                        shard_of([F.col(k) for k in st.key], spec.streaming.paced.shards).alias("shard"),
-                    ]
-                    if keys
-                    else []
-                ),
+                *([F.concat_ws("\u001f", *[F.col(k).cast("string") for k in st.key]).alias("k")] if keys else []),
                 F.unix_millis(ARRIVAL_TIME).alias("a"),
                 F.unix_micros(st.event_time).alias("e"),
             )

@@ -233,7 +233,7 @@ def _batches_note(trial: JoinSpec, rec: Any, s=None) -> str:
     progress = {p["batchId"]: p for p in read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))}
     data = sum(1 for p in progress.values() if (p.get("numInputRows") or 0) > 0)
     assumed = (
-        "one per non-empty slice, then the records held back, then the drain's two"
+        "one per non-empty slice, then the records held back, then the drain's"
         if rec.inputs.get("engine") == "paced"
         else f"one per non-empty slice, late lag {rec.inputs.get('late_lag')} batches"
     )

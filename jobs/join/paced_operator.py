@@ -3,16 +3,18 @@
 key inside ``transformWithState`` (RocksDB state).
 
 The aligned source (:mod:`jobs.storage.aligned_source`) stamps every row with its micro-batch's
-two PTs. The right PT is the query's event-time watermark (no delay): a shard's timer (its keys'
-next window to close, next right event to let go) fires when it passes.
+two PTs, and every micro-batch has a tick, a row with only them, which reaches every shard: each
+shard is called every micro-batch and steps its keys due by that micro-batch's right PT. Spark's
+own clock would be its event-time watermark, the previous micro-batch's right PT: a shard with no
+records in a micro-batch closed its windows one trigger later (87% of the demo's non-matches at
+a 1-minute trigger; its first-answer p99 33.5 min without the tick, 32.6 with it; BENCHMARKS.md).
 
 Why shards, not keys, as Spark's grouping key: every grouping key's call costs the state server a
-round trip to set it, one for its state and one per timer change, ~70 us each, and a key holds
-one or two events (bench/paced.py: ~700 us a key with the join key as grouping key). A shard's
-call pays those once for all its keys of the micro-batch: each key's buffers stay one value of a
-map state (read and written only when the key has something to do: a write is the key's bytes,
-not the shard's), and the shard keeps one small index of its keys' next timers and registers one
-timer, the earliest.
+round trip to set it and one for its state, ~70 us each, and a key holds one or two events
+(bench/paced.py: ~700 us a key with the join key as grouping key). A shard's call pays those once
+for all its keys of the micro-batch: its keys' buffers are kept in blocks (read and written only
+when one of their keys has something to do), and the shard keeps one small index of its keys'
+next timers (the right PT at which each has something to do).
 
 A side's output values travel through the operator as one JSON text (:func:`_packed`), not a
 column each: Spark's Row interface hands Python every value of a row as its own Arrow scalar
@@ -35,11 +37,12 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, REVISION, col_name, side_columns
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
 from jobs.join.paced_state import Dictionaries, StateCodec, pack_block, unpack_block
+from jobs.join.pacing import TICK
 from jobs.join.records import parse_records
 from jobs.spec import SCHEMA_TYPES, Cardinality, JoinSpec, JoinType
 
@@ -49,27 +52,28 @@ METRIC, COUNT = "paced_metric", "paced_count"
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
 #: The PT columns every row of the aligned source carries, kept through parsing.
 PACE_COLUMNS = ("left_pt", "right_pt")
-#: The control columns of the tagged stream, besides the join's key and packed values: a row's
-#: side, PTs, times, Kafka position and id as one text (:func:`_meta`), its right PT (the watermark's).
-_META, _RPT, _CLOCK = "paced_meta", "paced_right_pt", "paced_clock"
+#: The control column of the tagged stream, besides the join's key and packed values: a row's side,
+#: PTs, times, Kafka position and id as one text (:func:`_meta`).
+_META, _IS_TICK = "paced_meta", "paced_is_tick"
 #: How the operator keeps its state, recorded beside a paced checkpoint (an older one is refused at
 #: start-up, :func:`jobs.steps.stream.guard_checkpoint_spec`): 1 a value state per join key; 2 by
 #: shard, a buffered event's values as a tuple; 3 by shard, a key's buffers one value of its map
-#: state, its values as their JSON text; 4 (now) the keys' buffers in blocks of the shard.
-STATE_LAYOUT = 4
+#: state, its values as their JSON text; 4 the keys' buffers in blocks of the shard, stepped by
+#: Spark's event-time timers; 5 (now) every shard stepped by each micro-batch's tick, no timers.
+STATE_LAYOUT = 5
 STATE_LAYOUTS = {
     1: "its state per join key, from before it was kept by shard (streaming.paced.shards)",
     2: "buffered events' values as Python tuples, from before they were kept as their JSON text",
     3: "a key's buffers one value each, from before they were kept in blocks (streaming.paced.blocks)",
+    4: "shards stepped by Spark's event-time timers, from before every micro-batch's tick stepped them",
 }
 #: A shard's blocks of join keys, its map state by block number (the state variable); a block's
 #: value (its field) is its keys' buffers, pickled ``{key: blob}`` (:mod:`jobs.join.paced_state`).
 BLOCKS, BUFFERS = "blocks", "buffers"
 _BLOCK = StructType([StructField("block", IntegerType())])
 _BUFFERS = StructType([StructField(BUFFERS, BinaryType())])
-#: A shard's index: pickled ``({key: due}, left_pt, {block})``: its keys' next timers, its rows'
-#: last left PT and the blocks it holds; and the one timer it registered.
-_INDEX = StructType([StructField("dues", BinaryType()), StructField("timer", LongType())])
+#: A shard's index: pickled ``({key: due}, {block})``: its keys' next timers and the blocks it holds.
+_INDEX = StructType([StructField("dues", BinaryType())])
 _SHARD = "paced_shard"
 #: A row's output values, packed (:func:`_packed`): the operator's input column and its output's two.
 _ROW, _LEFT_ROW, _RIGHT_ROW = "paced_row", "paced_left_row", "paced_right_row"
@@ -133,16 +137,17 @@ _LEFT = "paced_l_"
 
 def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None = None) -> DataFrame:
     """The aligned source's rows -> the join's rows and the operator's counter rows: every good
-    record tagged with its side, key, times and Kafka position; the rows of a drain (side ``tick``)
-    carry only the PTs, which move the watermark and so close windows. ``dictionaries``: where the
-    state's compression dictionaries are kept (:mod:`jobs.join.paced_state`)."""
+    record tagged with its side, key, times and Kafka position, in its key's shard; a micro-batch's
+    tick (side ``tick``, only the PTs) in every shard, so that each steps its due keys by them.
+    ``dictionaries``: where the state's compression dictionaries are kept (:mod:`jobs.join.paced_state`)."""
     keys = [f"paced_key{i}" for i in range(len(spec.left.key))]
     parsed = both_sides_parsed(raw, spec)
     side = F.col("side")
     is_left, is_right = side == "left", side == "right"
 
     lt, rt = spec.left, spec.right
-    good = (is_left & F.col(_LEFT + "_reason").isNull()) | (is_right & F.col("_reason").isNull()) | (side == "tick")
+    is_tick = side == TICK
+    good = (is_left & F.col(_LEFT + "_reason").isNull()) | (is_right & F.col("_reason").isNull()) | is_tick
     stream = parsed.where(good).select(
         F.when(is_left, _packed(spec, "left", _LEFT)).when(is_right, _packed(spec, "right", "")).alias(_ROW),
         _meta(
@@ -161,35 +166,33 @@ def paced_join(raw: DataFrame, spec: JoinSpec, dictionaries: Dictionaries | None
             F.when(is_left, F.col(_LEFT + lk)).otherwise(F.col(rk)).alias(name)
             for lk, rk, name in zip(lt.key, rt.key, keys)
         ],
-        F.col(PACE_COLUMNS[1]).alias(_RPT),
+        is_tick.alias(_IS_TICK),
     )
-    # the right PT is the query's watermark; the column is dropped before the operator, so Spark's
-    # own late-row rule (event time <= watermark: every row of a batch whose right PT did not move)
-    # has no column to drop rows by: lateness is the operator's to decide
-    stream = (
-        stream.withColumn(_CLOCK, F.timestamp_millis(F.greatest(F.col(_RPT), F.lit(0))))
-        .withWatermark(_CLOCK, "0 seconds")
-        .drop(_CLOCK, _RPT)
+    shards = spec.streaming.paced.shards
+    every = F.sequence(F.lit(0), F.lit(shards - 1))  # one explode: the source is read once (above)
+    own = F.array(shard_of([F.col(k) for k in keys], shards))
+    stream = stream.select(
+        *[c for c in stream.columns if c != _IS_TICK],
+        F.explode(F.when(F.col(_IS_TICK), every).otherwise(own)).alias(_SHARD),
     )
-    stream = stream.withColumn(_SHARD, shard_of([F.col(k) for k in keys], spec.streaming.paced.shards))
     key_schema = StructType([stream.schema[k] for k in keys])
     processor = PacedJoinProcessor(
         rules_of(spec), dictionaries, stream.columns, key_schema, spec.streaming.paced.blocks
     )
     joined = stream.groupBy(_SHARD).transformWithState(
-        statefulProcessor=processor, outputStructType=_OUTPUT_DDL, outputMode="Append", timeMode="EventTime"
+        statefulProcessor=processor, outputStructType=_OUTPUT_DDL, outputMode="Append", timeMode="None"
     )
     left, right = _unpacked(spec, "left", _LEFT_ROW), _unpacked(spec, "right", _RIGHT_ROW)
     return joined.select(left[-1], *left[:-1], *right, REVISION, METRIC, COUNT)
 
 
 def shard_of(key: list[Column], shards: int) -> Column:
-    """A join key's shard: which of the operator's grouping keys holds it (its timers fire by shard)."""
+    """A join key's shard: which of the operator's grouping keys holds it."""
     return F.pmod(F.hash(*key), F.lit(shards))
 
 
 def _meta(side: Column, left_pt: Column, right_pt: Column, *event: Column) -> Column:
-    """A row's side (``l``, ``r``, ``t``: a drain's tick), its micro-batch's PTs and, for an event,
+    """A row's side (``l``, ``r``, ``t``: a tick), its micro-batch's PTs and, for an event,
     its time, arrival, Kafka partition and offset, and id (last: it may hold any character) as one
     text (:func:`meta_of` reads it): Spark's Row interface converts each column of a row on its own,
     ~1.3 us a value, and these eight were most of a row's columns."""
@@ -228,15 +231,8 @@ def block_of(key: tuple, blocks: int) -> int:
     return zlib.crc32(repr(key).encode()) % blocks
 
 
-def shard_timer(dues: dict[tuple, int], watermark: int) -> int | None:
-    """The one timer a shard registers: its earliest key's next timer, but past the watermark (a
-    key can still be due after its step: an id the left PT has not passed yet; a timer at or
-    before the watermark is the one firing now, which Spark deletes once the call is done)."""
-    return max(min(dues.values()), watermark + 1) if dues else None
-
-
 class PacedJoinProcessor(StatefulProcessor):
-    """One shard's calls: new rows of a micro-batch, or its timer (the right PT passed something).
+    """One shard's call per micro-batch: its new rows, and the tick with the micro-batch's PTs.
 
     On Spark's Row interface (``transformWithState``), not the pandas one: a key holds a few events,
     and a pandas frame per key cost more than the join (paced ÷ native events/s 0.20 with frames,
@@ -277,32 +273,20 @@ class PacedJoinProcessor(StatefulProcessor):
         for r in rows:
             side, row_lpt, row_rpt, event = meta_of(r[self.at_meta])
             lpt, rpt = max(lpt, row_lpt), max(rpt, row_rpt)
-            if event is not None:  # not a drain's tick
+            if event is not None:  # not the tick
                 lefts, rights = events.setdefault(tuple(r[k] for k in self.at_key), ([], []))
                 t, arrival, partition, offset, event_id = event
                 (lefts if side == "l" else rights).append(
                     Event(t, arrival, partition, offset, event_id, r[self.at_row])
                 )
-        if not events:  # a drain's ticks: the watermark they move fires the timers
-            return
         shard = self._shard()
         lpt_, rpt_ = None if lpt < 0 else lpt, None if rpt < 0 else rpt
-        # the keys due by this micro-batch's right PT too, not only by the watermark their timers fire
-        # by (Spark's: the last micro-batch's right PT, in a backlog most of an hour earlier)
-        for k in due_keys(shard.dues, rpt_, events):
+        for k in due_keys(shard.dues, rpt_, events):  # the keys with no rows whose time has come
             events[k] = ([], [])
+        if not events:  # the tick alone, nothing due: the index stays as it is
+            return
         yield from self._step(events, lpt_, rpt_, shard)
-        if lpt_ is not None:
-            shard.lpt = lpt_
-        self._save(shard, timerValues.getCurrentWatermarkInMs())
-
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:  # noqa: N802, N803
-        watermark = timerValues.getCurrentWatermarkInMs()
-        shard = self._shard()
-        shard.timer = None  # Spark deletes the timer that fired once this call is done
-        due: dict[tuple, tuple[list[Event], list[Event]]] = {k: ([], []) for k in due_keys(shard.dues, watermark)}
-        yield from self._step(due, shard.lpt, watermark if watermark > 0 else None, shard)
-        self._save(shard, watermark)
+        self._save(shard)
 
     def close(self) -> None:
         pass
@@ -311,20 +295,13 @@ class PacedJoinProcessor(StatefulProcessor):
         """The shard's index (:class:`_Shard`), as its last call left it."""
         stored = self.index.get()
         if not stored:
-            return _Shard({}, None, set(), None)
-        dues, lpt, blocks = pickle.loads(stored[0])
-        return _Shard(dues, lpt, blocks, stored[1])
+            return _Shard({}, set())
+        dues, blocks = pickle.loads(stored[0])
+        return _Shard(dues, blocks)
 
-    def _save(self, shard: _Shard, watermark: int) -> None:
-        """Keep the shard's index; its one timer moved (:func:`shard_timer`, each a state call)."""
-        at = shard_timer(shard.dues, watermark)
-        if shard.timer is not None and shard.timer != at:
-            self.handle.deleteTimer(shard.timer)
-        if at is not None and at != shard.timer:
-            self.handle.registerTimer(at)
+    def _save(self, shard: _Shard) -> None:
         if shard.dues:
-            kept = (shard.dues, shard.lpt, shard.blocks)
-            self.index.update((pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL), at))
+            self.index.update((pickle.dumps((shard.dues, shard.blocks), protocol=pickle.HIGHEST_PROTOCOL),))
         else:
             self.index.clear()
 
@@ -379,11 +356,8 @@ class PacedJoinProcessor(StatefulProcessor):
 
 @dataclass
 class _Shard:
-    """A shard's index: its keys' next timers, the left PT its last rows carried (a lower bound of
-    the left stream's: PT never moves back), which its timers step by, the blocks it holds, and
-    the one timer it registered."""
+    """A shard's index: its keys' next timers (the right PT at which each has something to do) and
+    the blocks it holds."""
 
     dues: dict[tuple, int]
-    lpt: int | None
     blocks: set[int]
-    timer: int | None

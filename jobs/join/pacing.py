@@ -18,6 +18,9 @@ SIDES = ("left", "right")
 MAX_STEPS = 256
 #: Records a stream admits per pacing step while a PT is still unknown (:func:`pace_steps`).
 WARMUP_RECORDS = 200
+#: The side of the source's row that carries no record, only its micro-batch's PTs: every micro-batch
+#: has one, which the operator hands every shard (:func:`jobs.join.paced_operator.paced_join`).
+TICK = "tick"
 #: Both PTs once a bounded run drains (its last windows close with what was read): 9999-12-31T23:59:59Z.
 DRAIN_PT = 253_402_300_799_000
 

@@ -27,7 +27,8 @@ after a crash reads the same records with the same PTs; the estimators' state is
 checkpoint per batch (a local storage root; on an object store a restarted source starts its
 estimators afresh from the logged PTs). Executors read the ranges in parallel, a task per
 partition index (:class:`KafkaTask`);
-every row carries its side and the batch's two PTs (epoch ms, -1 while unknown).
+every row carries its side and the batch's two PTs (epoch ms, -1 while unknown), and every micro-batch
+has one row of side :data:`TICK` that carries only them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from jobs.join.event_times import event_time_reader
-from jobs.join.pacing import DRAIN_PT, SIDES, ReadAhead, pace_steps
+from jobs.join.pacing import DRAIN_PT, SIDES, TICK, ReadAhead, pace_steps
 from jobs.join.pt_estimator import PTEstimator
 from jobs.spec import JoinSpec, recorded_spec
 
@@ -61,8 +62,6 @@ SCHEMA = (
 )
 #: The end offset's own entry (``@`` is not allowed in a Kafka topic's name).
 PACED = "@paced"
-#: The side of a row that carries no record, only PTs (a drain).
-TICK = "tick"
 #: Snapshots of the estimators kept beside the checkpoint (a restart needs the last one only).
 _KEEP_SNAPSHOTS = 3
 #: A bounded run's request to drain (both PTs to :data:`~jobs.join.pacing.DRAIN_PT`): every window closes.
@@ -233,12 +232,11 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offsets(d, stats)
 
     def _drained(self, d: _Driver, start: dict) -> dict:
-        """Nothing to read: ``start`` again (no micro-batch), or, when a drain was asked for, two
-        micro-batches of one tick each at :data:`DRAIN_PT` (the first moves the watermark, the second
-        fires every timer under it even where no-data micro-batches are off)."""
+        """Nothing to read: ``start`` again (no micro-batch), or, when a drain was asked for, one
+        micro-batch of its tick alone at :data:`DRAIN_PT` (every shard steps by it: every window closes)."""
         drained = int(start.get(PACED, {}).get("drained", 0))
         asked = self.pacing.state_dir is not None and (Path(self.pacing.state_dir) / _DRAIN_FILE).exists()
-        if not asked or drained >= 2:
+        if not asked or drained >= 1:
             return start
         d.seq += 1
         d.pt = {side: DRAIN_PT for side in SIDES}
@@ -391,11 +389,11 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ executors
 
     def partitions(self, start: dict, end: dict) -> list[KafkaTask]:
+        """A task per partition index, the first one also reading the micro-batch's tick (its PTs
+        alone: a task of its own would cost a Python worker's round trip)."""
         paced = end.get(PACED, {})
+        lpt, rpt = int(paced.get("left_pt", -1)), int(paced.get("right_pt", -1))
         side_of = {self._topic(s): s for s in SIDES}
-        out = []
-        if int(paced.get("drained", 0)) > int(start.get(PACED, {}).get("drained", 0)):
-            out.append(KafkaTask((KafkaRange(TICK, "", -1, 0, 0, DRAIN_PT, DRAIN_PT),)))
         by_index: dict[int, list[KafkaRange]] = {}
         for topic, parts in end.items():
             if topic == PACED:
@@ -404,17 +402,11 @@ class AlignedReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 first = int(start.get(topic, {}).get(part, stop))
                 if first < int(stop):
                     by_index.setdefault(int(part), []).append(
-                        KafkaRange(
-                            side_of[topic],
-                            topic,
-                            int(part),
-                            first,
-                            int(stop),
-                            int(paced.get("left_pt", -1)),
-                            int(paced.get("right_pt", -1)),
-                        )
+                        KafkaRange(side_of[topic], topic, int(part), first, int(stop), lpt, rpt)
                     )
-        return out + [KafkaTask(tuple(ranges)) for _, ranges in sorted(by_index.items())]
+        tasks = [list(ranges) for _, ranges in sorted(by_index.items())] or [[]]
+        tasks[0].insert(0, KafkaRange(TICK, "", -1, 0, 0, lpt, rpt))
+        return [KafkaTask(tuple(ranges)) for ranges in tasks]
 
     def read(self, partition) -> Iterator[Any]:
         """The task's records as Arrow record batches (PySpark takes them as they are: a tuple

@@ -76,7 +76,7 @@ def test_on_data_with_no_late_rows_the_paced_engine_equals_the_batch_windowed_jo
     from jobs.steps.landing import land_ds
     from jobs.storage.tables import Tables
 
-    # two shards of two blocks: each holds many keys, so one shard's timer and index, and one block, carry
+    # two shards of two blocks: each holds many keys, so one shard's index, and one block, carry
     # keys due at different times
     spec = paced_spec(own_pipeline_spec, demo_spec, "paced_equals_batch", max_records_per_batch=30, shards=2, blocks=2)
     rng = random.Random(20)

@@ -113,7 +113,7 @@ def test_a_live_prediction_leaves_the_drains_rows_out_of_the_latency():
     batches = paced_batches(left, right, rules.upper, PACING)
     trial = run_operator(batches, left, right, rules)
     live = run_operator(batches, left, right, rules, drain_latency=False)
-    assert trial.micro_batches == len(batches) and [b.drain for b in batches[-3:]] == [False, True, True]
+    assert trial.micro_batches == len(batches) and [b.drain for b in batches[-2:]] == [False, True]
     assert np.array_equal(trial.final_matched, live.final_matched)  # the same answers ...
     drained = len(trial.latency_s) - len(live.latency_s)
     assert drained > 0  # ... the last windows, which the drain closed, are the rows left out
@@ -137,20 +137,16 @@ def test_a_live_prediction_leaves_the_drains_rows_out_of_the_latency():
 def test_skipping_the_idle_timers_gives_the_engines_answers(left_lateness_ms, right_lateness_ms, keys, batch_ms, rules):
     """A key whose timer fires while nothing can change it is not stepped (the engine steps it, to
     no effect): the same answers, counters, state peak and latencies as stepping it every time."""
-    # 256 shards, as the engine's default: most micro-batches leave some without records, so their
-    # keys go by the watermark
-    left, right = random_streams(5, keys or 6000, left_lateness_ms, right_lateness_ms, shard_salt="5")
+    left, right = random_streams(5, keys or 6000, left_lateness_ms, right_lateness_ms)
     pacing = replace(PACING, batch_ms=batch_ms, percentile=50.0 if rules.per_key_cap else PACING.percentile)
     every = assert_idle_steps_change_nothing(paced_batches(left, right, rules.upper, pacing), left, right, rules)
     late = {"right_late_dropped", "left_late_closed", "left_amended", "right_cap_evicted"}
     assert every.counts.get("right_late_dropped") and len(late & every.counts.keys()) >= 2  # what idle steps could move
 
 
-def random_streams(seed, keys, left_lateness_ms, right_lateness_ms, *, shard_salt, n=6000, t0=T0):
+def random_streams(seed, keys, left_lateness_ms, right_lateness_ms, *, n=6000, t0=T0):
     """``n`` left events over a day on ``keys`` keys, 90% with a click within 15 min either side,
-    both arriving exponentially late; each key in one of 256 shards (crc32 of the salted key)."""
-    import zlib
-
+    both arriving exponentially late."""
     rng = np.random.default_rng(seed)
     lt = t0 + np.sort(rng.integers(0, 86_400_000, n))
     la = lt + rng.exponential(left_lateness_ms, n).astype(np.int64)
@@ -159,13 +155,9 @@ def random_streams(seed, keys, left_lateness_ms, right_lateness_ms, *, shard_sal
     rt = lt[has] + rng.integers(-15 * MIN, 15 * MIN, int(has.sum()))
     ra = rt + rng.exponential(right_lateness_ms, len(rt)).astype(np.int64)
     rkeys = [k for k, h in zip(key, has) if h]
-
-    def shards(ks):
-        return np.array([zlib.crc32(f"{shard_salt}{k}".encode()) % 256 for k in ks])
-
     return (
-        Records(key, lt, la, [f"l{i}" for i in range(n)], shards(key)),
-        Records(rkeys, rt, ra, [f"r{i}" for i in range(len(rt))], shards(rkeys)),
+        Records(key, lt, la, [f"l{i}" for i in range(n)]),
+        Records(rkeys, rt, ra, [f"r{i}" for i in range(len(rt))]),
     )
 
 
@@ -179,32 +171,10 @@ def assert_idle_steps_change_nothing(batches, left, right, rules):
     return every
 
 
-def test_a_key_whose_shard_has_no_records_closes_by_the_watermark_one_micro_batch_later():
-    """Spark fires a shard's timer by the watermark (the previous micro-batch's right PT); a shard
-    with records steps its due keys by its micro-batch's own right PT."""
-    left, right = streams(n=1500)
-    rules = replace(RULES, lower=-10 * MIN, upper=10 * MIN)
-    shard = {k: i % 997 for i, k in enumerate(dict.fromkeys([*left.keys, *right.keys]))}
-
-    def sharded(r):
-        return replace(r, shards=np.array([shard[k] for k in r.keys]))
-
-    batches = paced_batches(left, right, rules.upper, PACING)
-    every_batch = run_operator(batches, left, right, rules)
-    by_timer = run_operator(batches, sharded(left), sharded(right), rules)
-    assert np.array_equal(every_batch.final_matched, by_timer.final_matched)  # the same answers ...
-    first = dict(zip(every_batch.latency_left, every_batch.latency_s))
-    later = {i: round(s - first[i], 3) for i, s in zip(by_timer.latency_left, by_timer.latency_s)}
-    assert set(later) == set(first)
-    waited = [d for d in later.values() if d]
-    assert waited and all(d > 0 and d % (PACING.batch_ms / 1000) == 0 for d in waited)  # ... some a slice later
-    assert len(waited) < len(later) / 2  # matches are emitted as their click is read, not by a timer
-
-
-def test_a_key_waiting_for_its_shards_stale_left_pt_is_stepped_as_the_engine_steps_it():
-    """Keys whose shard had records only before the left PT was known go by the bound the right PT
-    gives (no left PT of their own to wait for): skipping idle timers must not park them for good."""
-    left, right = random_streams(1, 800, 30 * MIN, 10 * MIN, shard_salt="1", t0=1_700_000_000_000)
+def test_a_key_stepped_before_the_left_pt_is_known_is_stepped_as_the_engine_steps_it():
+    """Keys stepped while the left PT is unknown go by the bound the right PT gives: skipping idle
+    timers must not park them for good."""
+    left, right = random_streams(1, 800, 30 * MIN, 10 * MIN, t0=1_700_000_000_000)
     rules = replace(RULES, lower=-10 * MIN, upper=10 * MIN, one_to_one=False, per_key_cap=3)
     batches = paced_batches(left, right, rules.upper, replace(PACING, batch_ms=5 * MIN, percentile=50.0))
     assert_idle_steps_change_nothing(batches, left, right, rules)

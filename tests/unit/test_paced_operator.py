@@ -42,25 +42,14 @@ def test_a_sides_values_come_back_from_their_packed_text_exactly(spark, demo_spe
 
 
 def test_a_shard_steps_every_key_due_by_this_micro_batchs_right_pt():
-    """Not only the keys with rows: the others' timers would fire one micro-batch later (Spark's
-    watermark is the last micro-batch's right PT), and a backlog's micro-batch spans most of an hour."""
+    """Not only the keys with rows: every shard is called each micro-batch (its tick), and steps its
+    keys whose time has come by that micro-batch's right PT."""
     from jobs.join.paced_operator import due_keys
 
     dues = {("a",): 100, ("b",): 250, ("c",): 200}
     assert due_keys(dues, 200) == [("a",), ("c",)]
     assert due_keys(dues, 200, stepped={("a",): None}) == [("c",)]
     assert due_keys(dues, 99) == [] and due_keys(dues, None) == []
-
-
-def test_a_shards_timer_is_its_earliest_keys_but_past_the_watermark():
-    """Registered again at the time that just fired, Spark deleted it once the call was done and the
-    shard had no timer left: its open windows never closed, not even at a bounded run's drain (the
-    demo's last two hours of left events, 8 pp of a day's match rate)."""
-    from jobs.join.paced_operator import shard_timer
-
-    assert shard_timer({("a",): 300, ("b",): 250}, 100) == 250
-    assert shard_timer({("a",): 90}, 100) == 101  # an id still kept: due, but not at the timer firing now
-    assert shard_timer({}, 100) is None
 
 
 def test_a_keys_block_is_the_same_in_every_process():
@@ -98,7 +87,7 @@ def test_a_block_keeps_the_blobs_of_keys_not_stepped_as_they_were():
 
 def test_a_rows_meta_text_reads_back_its_side_pts_and_event(spark):
     """The side, PTs and event columns travel as one text; an id may hold the separator, and a
-    drain's tick (no event time) reads as no event whatever its other columns held."""
+    micro-batch's tick (no event time) reads as no event whatever its other columns held."""
     from pyspark.sql import functions as F
 
     from jobs.join.paced_operator import _meta, meta_of
