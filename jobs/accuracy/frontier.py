@@ -131,6 +131,20 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     return out
 
 
+def percentile_relax(df: pd.DataFrame, limits: Limits, percentile: float) -> list[str]:
+    """The paced engine's other knob when nothing fits: ``df`` the same windows run at the PT
+    ``percentile`` (a higher one closes windows sooner; late corrections amend what it closes early);
+    the best of them within the budgets and the floor, if any."""
+    good = df if limits.floor_rate is None else df[df.match_rate >= limits.floor_rate - TIE_PP / 200]
+    c = choose(good, limits)
+    if c is None:
+        return []
+    return [
+        f"streaming.paced.pt_percentile {percentile:g} would fit (predicted {100 * c.match_rate:.2f}%, first "
+        f"answers {100 * c[FIRST_ANSWER_RATE]:.2f}%, p99 latency {fmt_duration(c.p99_latency_s)}, {describe(c)})"
+    ]
+
+
 def knee(front: pd.DataFrame) -> pd.Series | None:
     """The frontier point farthest from the chord between its ends (normalised axes)."""
     if len(front) < 3:

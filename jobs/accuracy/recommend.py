@@ -52,6 +52,9 @@ DEFAULT_UPPERS = tuple(60 * m for m in (0, 10, 30, 60, 120, 180))
 DEFAULT_LEFT_DELAYS = tuple(60 * m for m in (0, 1, 5, 10, 30, 60))
 DEFAULT_RIGHT_DELAYS = tuple(60 * m for m in (0, 5, 20, 60, 120, 240, 480))
 REFINE_ROUNDS = 3
+#: The paced engine's PT percentile a relax hint tries when nothing fits at the spec's (a low one,
+#: the paper's 5, trails clicks that arrive late by hours; 95 trails the freshest by seconds).
+RELAX_PT_PERCENTILE = 95.0
 #: Batches between the maxima and the late filter in a replay-as-live run (see default_cadence).
 REPLAY_LATE_LAG = 2
 #: Paper §6.5, the window-boundary rule on the p1 distance of matches to a bound, as a share of
@@ -352,6 +355,10 @@ def recommend(
         ref = deployed.window_rate
     within = None if base_rate is None else chosen.match_rate >= base_rate - tol / 100 - 1e-12
     relax = frontier.relax(grid, limits) if (not fits or within is False) else []
+    if paced and relax and spec.streaming.paced.pt_percentile < RELAX_PT_PERCENTILE:  # the frontier's windows
+        wins = sorted({(c.lower_s, c.upper_s) for c in front} | {dep[:2]})
+        faster = paced_model.paced_grid(_pt_percentile(spec, RELAX_PT_PERCENTILE), obs, rec, cadence, wins, progress)
+        relax += frontier.percentile_relax(faster[0], limits, RELAX_PT_PERCENTILE)
     stream_rate = mean_rate("stream")
     lateness = {} if paced else stream_lateness(spec, rec, obs, chosen)  # the delays' drops: not the paced engine's
 
@@ -425,6 +432,11 @@ def recommend(
             "incomplete": obs.waiting,
         },
     )
+
+
+def _pt_percentile(spec: JoinSpec, percentile: float) -> JoinSpec:
+    paced = spec.streaming.paced.model_copy(update={"pt_percentile": percentile})
+    return spec.model_copy(update={"streaming": spec.streaming.model_copy(update={"paced": paced})})
 
 
 def _windows(grid: pd.DataFrame, chosen: Candidate) -> list[dict]:

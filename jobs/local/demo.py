@@ -218,17 +218,7 @@ def run_demo(
     if fs.exists(rec_file):
         import json
 
-        from jobs.spec import Engine, fmt_duration
-
-        rec = json.loads(fs.read_text(rec_file))
-        c = rec["chosen"]
-        console.print(
-            f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
-            f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
-            f"watermark delays left {fmt_duration(rec['left_watermark_s'])} / "
-            f"right {fmt_duration(rec['right_watermark_s'])}"
-            + (" (modelled for the native engine)" if spec.streaming.engine == Engine.paced else "")
-        )
+        console.print(recommendation_line(json.loads(fs.read_text(rec_file))))
     from pyspark.sql import functions as F
 
     from jobs.quality.gates import gates_path
@@ -250,3 +240,19 @@ def run_demo(
     console.print(f"  logs:        {Path(s.log_dir)} (Kafka), {env['AIRFLOW__LOGGING__BASE_LOG_FOLDER']} (Airflow)")
     console.print("  Airflow UI:  `make airflow-ui`, then http://localhost:8080 (admin / see README)")
     return 0
+
+
+def recommendation_line(rec: dict) -> str:
+    """The demo's last word on the recommendation (its saved JSON): the window and what it predicts;
+    the native engine's watermark delays, the paced engine's first answers (it has no delays)."""
+    from jobs.spec import fmt_duration
+
+    c = rec["chosen"]
+    line = (
+        f"recommended window {rec['window']} (deployed {rec['deployed_window']}): predicted match rate "
+        f"{100 * c['predicted_match_rate']:.2f}% vs {rec['baseline']} {100 * rec['baseline_match_rate']:.2f}%, "
+    )
+    if c.get("paced"):
+        return line + f"first answers {100 * c['first_answer_rate']:.2f}% (the paced engine waits for PTs)"
+    left, right = fmt_duration(rec["left_watermark_s"]), fmt_duration(rec["right_watermark_s"])
+    return line + f"watermark delays left {left} / right {right}"

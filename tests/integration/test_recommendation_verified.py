@@ -8,6 +8,7 @@ rate (``match_metrics``), per ds and over both days.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from demo_pipeline import DAYS, SLICE_MINUTES
@@ -210,3 +211,15 @@ def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_t
     assert all(abs(d.diff_pp) <= WITHIN_PP for d in res.days) and res.within(WITHIN_PP)
     # each first answer in the micro-batch the model emits it in
     assert res.measured_p99_latency_s == pytest.approx(res.predicted_p99_latency_s, abs=1)
+
+    # live at a 1-minute trigger, under a latency budget no window meets at the spec's 5th-percentile PT
+    # (its right PT trails the clicks that arrive hours late): the hint names the PT percentile that does
+    live = Cadence(60, replay=False)
+    fastest = min(w["p99_latency_s"] for w in recommend(spark, paced, DAYS, s=test_settings, cadence=live).windows)
+    tight = paced.model_copy(
+        update={"budgets": paced.budgets.model_copy(update={"output_latency": timedelta(seconds=fastest - 60)})}
+    )
+    hinted = recommend(spark, tight, DAYS, s=test_settings, cadence=live)
+    print(f"fastest at the 5th-percentile PT: {fastest:.0f}s; relax: {hinted.relax}")
+    assert not hinted.fits_budgets
+    assert any(r.startswith("streaming.paced.pt_percentile 95 would fit") for r in hinted.relax)

@@ -170,6 +170,27 @@ def test_when_nothing_fits_it_says_which_budget_to_relax_and_by_how_much():
     assert frontier.relax(df, frontier.Limits(7200, None, lim.floor_rate, "")) == []  # something fits
 
 
+def test_a_paced_spec_that_fits_nothing_is_told_the_pt_percentile_that_would():
+    """The paced engine's windows run again at a higher PT percentile: the best of them within the
+    budgets and the floor, with its first answers; nothing when none fits there either."""
+    from jobs.accuracy.paced_model import FIRST_ANSWER_RATE
+
+    faster = _cands(
+        [
+            (-10800, 1800, 0, 0, 0.9320, 1898, 3e6),
+            (-10800, 600, 0, 0, 0.9264, 700, 3e6),
+            (-600, 600, 0, 0, 0.85, 650, 1e6),
+        ]
+    ).assign(**{FIRST_ANSWER_RATE: [0.9200, 0.9007, 0.84]})
+    lim = frontier.Limits(3600, 2 * 2**30, 0.9293 - 0.015, "within 1.5 pp of batch_1d_windowed (92.93%)")
+    assert frontier.percentile_relax(faster, lim, 95) == [
+        "streaming.paced.pt_percentile 95 would fit (predicted 93.20%, first answers 92.00%, p99 latency 31m 38s, "
+        "window [-3h, +30m])"
+    ]
+    assert frontier.percentile_relax(faster, frontier.Limits(600, None, lim.floor_rate, ""), 95) == []
+    assert frontier.percentile_relax(faster, frontier.Limits(1200, None, 0.93, ""), 95) == []  # under the floor
+
+
 def test_the_grid_refines_between_the_frontier_points_around_the_budget():
     df = _cands([(-600, 600, 60, 300, 0.90, 1200, 1e6), (-600, 1800, 60, 1800, 0.925, 6000, 3e6)])
     axes = {
