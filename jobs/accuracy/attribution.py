@@ -38,7 +38,7 @@ from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
 from jobs.storage.checkpoints import kafka_offsets
-from jobs.storage.progress import paced_entry
+from jobs.storage.progress import batch_watermark
 
 
 def _ms(ts: str | None) -> int | None:
@@ -73,10 +73,7 @@ def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, 
 def batch_clock(p: dict) -> int:
     """What a micro-batch judged lateness by (epoch ms, 0 before there is one): Spark's watermark,
     or for the paced engine the right stream's PT it ran with."""
-    paced = paced_entry(p)
-    if paced is not None:
-        return max(0, int(paced.get("right_pt", -1)))
-    return _ms((p.get("eventTime") or {}).get("watermark")) or 0
+    return _ms(batch_watermark(p)) or 0
 
 
 def _with_slice_watermark(
@@ -150,7 +147,7 @@ def with_processing_watermark(
     if policy == "previous":
         wm_of = {}
         for p in progress:
-            wm_of[p["batchId"]] = _ms((p.get("eventTime") or {}).get("watermark")) or 0
+            wm_of[p["batchId"]] = batch_clock(p)
         ranges = [(b, t, part, st, en, wm_of.get(b - 1, 0)) for b, t, part, st, en, _ in ranges]
     schema = "_batch_id long, _topic string, _p int, _start long, _end long, _watermark_ms long"
     rdf = spark.createDataFrame(ranges, schema)

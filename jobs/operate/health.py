@@ -24,7 +24,7 @@ from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 from jobs.storage import fs, kafka
 from jobs.storage.hold import supervisor_dir
-from jobs.storage.progress import JOIN_QUERY, end_offsets_read, last_progress
+from jobs.storage.progress import JOIN_QUERY, batch_watermark, end_offsets_read, last_progress
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -153,7 +153,7 @@ def health(
             h.state_rows = sum(int(o.get("numRowsTotal", 0)) for o in ops)
             h.state_memory_bytes = sum(int(o.get("memoryUsedBytes", 0)) for o in ops)
             h.dropped_by_watermark = sum(int(o.get("numRowsDroppedByWatermark", 0)) for o in ops)
-        h.watermark = (p.get("eventTime") or {}).get("watermark")
+        h.watermark = batch_watermark(p)
         try:
             if bootstrap is None:
                 bootstrap = kafka.bootstrap_servers(s)
@@ -280,7 +280,7 @@ def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
             "join_state_memory_bytes": total(join, "memoryUsedBytes"),
             "dedup_state_rows": total(dedup, "numRowsTotal"),
             "state_memory_bytes": total(ops, "memoryUsedBytes"),
-            "watermark": (p.get("eventTime") or {}).get("watermark"),
+            "watermark": batch_watermark(p),
             "dropped_by_watermark_join": total(join, "numRowsDroppedByWatermark"),
             "dropped_by_watermark": total(ops, "numRowsDroppedByWatermark"),
         }

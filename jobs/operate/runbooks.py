@@ -73,7 +73,7 @@ def render(name: str, spec_file: str, s=None) -> str:
     if name not in names():
         raise ValueError(f"runbook {name!r} does not exist; choose one of: {', '.join(names())}")
     from jobs.spec import load_spec, spec_path
-    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.progress import JOIN_QUERY, batch_watermark, read_progress
     from jobs.storage.tables import Tables
 
     spec = load_spec(spec_path(spec_file))
@@ -86,7 +86,7 @@ def render(name: str, spec_file: str, s=None) -> str:
         ).format(
             b=last.get("batchId"),
             ts=last.get("timestamp"),
-            wm=(last.get("eventTime") or {}).get("watermark"),
+            wm=batch_watermark(last),
             off=json.dumps([src.get("endOffset") for src in last.get("sources", [])]),
         )
     return text

@@ -52,7 +52,7 @@ from jobs.spec import Engine, JoinSpec
 from jobs.spec.avro import Encoding
 from jobs.storage import kafka
 from jobs.storage.checkpoints import kafka_offsets
-from jobs.storage.progress import JOIN_QUERY, paced_counters, paced_entry, recent_progress
+from jobs.storage.progress import JOIN_QUERY, batch_watermark, paced_counters, paced_entry, recent_progress
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -221,7 +221,7 @@ def assess(
     else:
         h.last_batch_id = last.get("batchId")
         h.last_batch_at = batch_end(last)
-        h.watermark = (last.get("eventTime") or {}).get("watermark")
+        h.watermark = batch_watermark(last)
     wm_ms = (_ts(h.watermark) or 0) * 1000 if h.watermark else None
     h.pt = {x: _iso_ms(pt_ms.get(x)) for x in SIDES}
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -202,10 +202,23 @@ def paced_counters(progress: dict[str, Any]) -> dict[str, Any]:
     return (progress.get(NOTES_KEY) or {}).get("paced") or {}
 
 
+def batch_watermark(progress: dict[str, Any]) -> str | None:
+    """What a micro-batch's windows closed by, as Spark writes a watermark (ISO, ms, ``Z``): Spark's
+    event-time watermark, or for the paced engine (which has none) the right PT it ran with."""
+    paced = paced_entry(progress)
+    if paced is not None:
+        rpt = int(paced.get("right_pt", -1))
+        if rpt < 0:
+            return None
+        at = datetime.fromtimestamp(rpt / 1000, UTC)
+        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{rpt % 1000:03d}Z"
+    return (progress.get("eventTime") or {}).get("watermark")
+
+
 def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
-    """The latest event-time watermark (epoch ms) in a progress log."""
+    """The latest watermark (epoch ms) in a progress log (:func:`batch_watermark`)."""
     for p in reversed(progress):
-        wm = (p.get("eventTime") or {}).get("watermark")
+        wm = batch_watermark(p)
         if wm:
             return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
     return None
