@@ -213,13 +213,12 @@ def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_t
     assert res.measured_p99_latency_s == pytest.approx(res.predicted_p99_latency_s, abs=1)
 
     # live at a 1-minute trigger, under a latency budget no window meets at the spec's 5th-percentile PT
-    # (its right PT trails the clicks that arrive hours late): the hint names the PT percentile that does
-    live = Cadence(60, replay=False)
-    fastest = min(w["p99_latency_s"] for w in recommend(spark, paced, DAYS, s=test_settings, cadence=live).windows)
+    # (its right PT trails the clicks that arrive hours late; the fastest was 39 min): the hint names the
+    # PT percentile that does (95: [-30m, +10m] in 21 min)
     tight = paced.model_copy(
-        update={"budgets": paced.budgets.model_copy(update={"output_latency": timedelta(seconds=fastest - 60)})}
+        update={"budgets": paced.budgets.model_copy(update={"output_latency": timedelta(minutes=30)})}
     )
-    hinted = recommend(spark, tight, DAYS, s=test_settings, cadence=live)
-    print(f"fastest at the 5th-percentile PT: {fastest:.0f}s; relax: {hinted.relax}")
+    hinted = recommend(spark, tight, DAYS, s=test_settings, cadence=Cadence(60, replay=False))
+    print(f"relax: {hinted.relax}")
     assert not hinted.fits_budgets
     assert any(r.startswith("streaming.paced.pt_percentile 95 would fit") for r in hinted.relax)
