@@ -52,8 +52,9 @@ METRIC, COUNT = "paced_metric", "paced_count"
 SIZE_COUNTERS = ("state_keys", "state_rows", "state_raw_bytes", "state_bytes")
 #: The PT columns every row of the aligned source carries, kept through parsing.
 PACE_COLUMNS = ("left_pt", "right_pt")
-#: The control column of the tagged stream, besides the join's key and packed values: a row's side,
-#: PTs, times, Kafka position and id as one text (:func:`_meta`).
+#: The control columns of the tagged stream, besides the join's key and packed values: a row's side,
+#: PTs, times, Kafka position and id as one text (:func:`_meta`), and whether it is the tick (every
+#: shard gets one).
 _META, _IS_TICK = "paced_meta", "paced_is_tick"
 #: How the operator keeps its state, recorded beside a paced checkpoint (an older one is refused at
 #: start-up, :func:`jobs.steps.stream.guard_checkpoint_spec`): 1 a value state per join key; 2 by
