@@ -90,11 +90,16 @@ def _least(df: pd.DataFrame, first: str, then: str) -> pd.Series:
     return d.iloc[0].drop("_k")
 
 
+def at_floor(df: pd.DataFrame, limits: Limits) -> pd.DataFrame:
+    """The candidates whose match rate reaches the floor (all of them with none; within a tie)."""
+    return df if limits.floor_rate is None else df[df.match_rate >= limits.floor_rate - TIE_PP / 200]
+
+
 def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     """When no candidate within the budgets reaches the floor: which budget to relax, by how much."""
     if limits.floor_rate is None:
         return []
-    good = df[df.match_rate >= limits.floor_rate - TIE_PP / 200]
+    good = at_floor(df, limits)
     if not good[fits(good, limits)].empty:
         return []
     if good.empty:
@@ -135,8 +140,7 @@ def percentile_relax(df: pd.DataFrame, limits: Limits, percentile: float) -> lis
     """The paced engine's other knob when nothing fits: ``df`` the same windows run at the PT
     ``percentile`` (a higher one closes windows sooner; late corrections amend what it closes early);
     the best of them within the budgets and the floor, if any."""
-    good = df if limits.floor_rate is None else df[df.match_rate >= limits.floor_rate - TIE_PP / 200]
-    c = choose(good, limits)
+    c = choose(at_floor(df, limits), limits)
     if c is None:
         return []
     return [
