@@ -94,3 +94,13 @@ def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_pea
     assert state_peak(progress) == {"state_rows": 15, "state_bytes": 150, "state_sst_bytes": 10}
     assert state_peak([]) == {"state_rows": 0, "state_bytes": 0, "state_sst_bytes": 0}
     assert parse_span("-3h..+30m") == (timedelta(hours=-3), timedelta(minutes=30))
+
+
+@pytest.mark.parametrize(("arg", "says"), [("--lag=x", "--lag takes a duration"), ("--lag=-1h", "0s or more")])
+def test_the_paced_bench_refuses_a_lag_that_is_not_a_duration_of_0s_or_more(arg, says, capsys):
+    from bench.paced import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([arg])
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err
