@@ -18,8 +18,10 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import MutableMapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -70,6 +72,31 @@ def _quiet_logs(verbose: bool) -> None:
             quiet = logging.getLogger(name)
             quiet.propagate = False
             quiet.handlers = list(to_file)
+
+
+def gate_failure_in_one_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor for Airflow's task log on the demo's console: a failed quality gate is
+    an outcome the demo reports itself (its closing lines name each failed gate), so the task
+    runner's "Task failed" error keeps the gate's message, on one line, and drops the traceback.
+    Any other exception keeps its traceback."""
+    from jobs.quality.gates import GateFailed
+
+    exc = event.get("exc_info")
+    err = sys.exc_info()[1] if exc is True else exc[1] if isinstance(exc, tuple) else exc
+    if isinstance(err, GateFailed):
+        del event["exc_info"]
+        event["event"] = f"{event.get('event')}: " + " ".join(line.strip() for line in str(err).splitlines())
+    return event
+
+
+def _gate_failures_in_one_line() -> None:
+    """Put :func:`gate_failure_in_one_line` first in structlog's chain, as Airflow configured it
+    (once: Airflow keeps its configuration across ``dag.test()`` runs)."""
+    import structlog
+
+    processors = structlog.get_config()["processors"]
+    if gate_failure_in_one_line not in processors:
+        structlog.configure(processors=[gate_failure_in_one_line, *processors])
 
 
 def run_demo(
@@ -125,6 +152,8 @@ def run_demo(
     def run_dag(dag_id: str, logical: date | None, run_conf: dict, must_succeed: bool = True) -> bool:
         dag = bag.get_dag(dag_id)
         when = datetime.combine(logical, datetime.min.time(), UTC) if logical else None
+        if not verbose:  # -v: every traceback, as Airflow logs it
+            _gate_failures_in_one_line()
         run = dag.test(logical_date=when, run_conf=run_conf)
         state = str(getattr(run, "state", "")).lower()
         if "success" not in state and must_succeed:
