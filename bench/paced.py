@@ -93,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name} takes a positive number, e.g. --{name} 4")
     if args.throughput_only and args.skip_throughput:
         p.error("--throughput-only and --skip-throughput leave nothing to run: give one of them")
-    from jobs.spec import Corrections, SpecError, format_duration
+    from jobs.spec import Corrections, format_duration
     from jobs.spec.duration import parse_duration
 
     try:
         lag_by = parse_duration(args.lag)
-    except (SpecError, ValueError):
+    except ValueError:
         p.error("--lag takes a duration in the spec's grammar, e.g. --lag 2h or --lag 0s")
     if lag_by < timedelta(0):
         p.error("--lag takes a duration of 0s or more: how far the right stream starts behind the left")

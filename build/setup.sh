@@ -27,17 +27,17 @@ quietly() {
 }
 
 # --- 1. Python ----------------------------------------------------------------------------
-# uv installs the pinned dependencies (the same set pip resolves): 20-24 s from its cache or PyPI
-# against pip's 60 s from a warm pip cache, as it unpacks in parallel and leaves bytecode to the
-# first import (measured 2026-11-26). It is pinned here and installed into .venv by pip.
+# uv installs the pinned dependencies (the same set pip resolves): 34 s on a fresh clone with its
+# cache empty, against pip's 60 s from a warm pip cache, as it unpacks in parallel and leaves
+# bytecode to the first import (measured 2026-11-26). It is pinned here and put into .venv by pip.
 UV_VERSION=0.13.8
 req_hash=$( (cat pyproject.toml; echo "uv $UV_VERSION") | sha256sum | cut -c1-16)
 if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
   say "creating .venv and installing pinned dependencies (a minute or two the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   pip_failed="installing the Python dependencies failed: fix and rerun make setup"
-  quietly .venv/uv-install.log "$pip_failed" .venv/bin/python -m pip install -q "uv==$UV_VERSION"
-  quietly .venv/pip-install.log "$pip_failed" .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev]"
+  quietly .venv/install-uv.log "$pip_failed" .venv/bin/python -m pip install -q "uv==$UV_VERSION"
+  quietly .venv/install-deps.log "$pip_failed" .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev]"
   echo "$req_hash" > .venv/.installed
 fi
 
