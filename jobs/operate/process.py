@@ -174,7 +174,9 @@ class StreamProcess:
             self.kill(signal.SIGTERM)
             if not self._reap(timeout):
                 self.kill(signal.SIGKILL)
-        if self.pid is not None:  # the JVM may outlive its Python parent for a moment
+            # the JVM may outlive its Python parent for a moment. Only here, right after the group
+            # was ours: a process found dead may have died long ago, and its pid (the group id)
+            # may be another process's now (pids wrap at 32,768 on this machine)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(FileNotFoundError):

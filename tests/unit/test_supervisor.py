@@ -118,3 +118,34 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
         assert set(report.states) == {"starting"}
     finally:
         stop_stream_process(spec, s)
+
+
+def test_stopping_a_process_found_dead_signals_no_group_its_old_pid_may_now_name(tmp_path, demo_spec):
+    """Pids wrap: a stream process that died long ago may have left its pid, its group id, to another
+    process. ``stop`` then signals nothing (the handle's process is dead; a real process group
+    stands in for the one that took the pid)."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from jobs.operate.process import StreamProcess
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.processes import pid_alive
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    path = write_spec(demo_spec, tmp_path / "spec.yaml")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+
+        class LongDead(StreamProcess):  # its own process is gone; its pid now names `other`'s group
+            def alive(self) -> bool:
+                return False
+
+        handle = LongDead(path, demo_spec, s)
+        handle.pid = other.pid
+        handle.stop(timeout=1)
+        assert pid_alive(other.pid) and other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
