@@ -26,7 +26,7 @@ Run one ds::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,13 +38,7 @@ from jobs.join.variants import VARIANTS, right_days
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
 from jobs.storage.checkpoints import kafka_offsets
-from jobs.storage.progress import batch_watermark
-
-
-def _ms(ts: str | None) -> int | None:
-    if not ts:
-        return None
-    return int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+from jobs.storage.progress import batch_watermark_ms
 
 
 def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, int, int]]:
@@ -73,7 +67,7 @@ def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, 
 def batch_clock(p: dict) -> int:
     """What a micro-batch judged lateness by (epoch ms, 0 before there is one): Spark's watermark,
     or for the paced engine the right stream's PT it ran with."""
-    return _ms(batch_watermark(p)) or 0
+    return batch_watermark_ms(p) or 0
 
 
 def _with_slice_watermark(

@@ -202,23 +202,31 @@ def paced_counters(progress: dict[str, Any]) -> dict[str, Any]:
     return (progress.get(NOTES_KEY) or {}).get("paced") or {}
 
 
-def batch_watermark(progress: dict[str, Any]) -> str | None:
-    """What a micro-batch's windows closed by, as Spark writes a watermark (ISO, ms, ``Z``): Spark's
-    event-time watermark, or for the paced engine (which has none) the right PT it ran with."""
+def batch_watermark_ms(progress: dict[str, Any]) -> int | None:
+    """What a micro-batch's windows closed by (epoch ms): Spark's event-time watermark, or for the
+    paced engine (which has none) the right PT it ran with; None before there is one."""
     paced = paced_entry(progress)
     if paced is not None:
         rpt = int(paced.get("right_pt", -1))
-        if rpt < 0:
-            return None
-        at = datetime.fromtimestamp(rpt / 1000, UTC)
-        return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{rpt % 1000:03d}Z"
-    return (progress.get("eventTime") or {}).get("watermark")
+        return rpt if rpt >= 0 else None
+    wm = (progress.get("eventTime") or {}).get("watermark")
+    return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000) if wm else None
+
+
+def batch_watermark(progress: dict[str, Any]) -> str | None:
+    """:func:`batch_watermark_ms` as Spark writes a watermark (ISO, ms, ``Z``)."""
+    if paced_entry(progress) is None:
+        return (progress.get("eventTime") or {}).get("watermark")
+    ms = batch_watermark_ms(progress)
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
-    """The latest watermark (epoch ms) in a progress log (:func:`batch_watermark`)."""
+    """The latest watermark (epoch ms) in a progress log (:func:`batch_watermark_ms`)."""
     for p in reversed(progress):
-        wm = batch_watermark(p)
-        if wm:
-            return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+        ms = batch_watermark_ms(p)
+        if ms is not None:
+            return ms
     return None
