@@ -87,6 +87,22 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
         assert done
 
 
+#: A stand-in stream process that sleeps a minute, and if a catchable signal ends it first, prints
+#: who sent it (a flaky run once found it gone a second after its start, with nothing in its log).
+_STAND_IN = """
+import signal
+sigs = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT}
+signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+got = signal.sigtimedwait(sigs, 60)
+if got is not None:
+    try:
+        sender = open(f"/proc/{got.si_pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+    except OSError:
+        sender = "(gone)"
+    print(f"stand-in: signal {got.si_signo} from pid {got.si_pid}: {sender}", flush=True)
+"""
+
+
 def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spec):
     """A sensor's poke builds its process handle afresh (no pid): it must adopt the running
     process by its pid file, not take it for exited and start a second one."""
@@ -105,16 +121,18 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
 
     class Sleeper(StreamProcess):  # a live process standing in for the stream job
         def command(self):
-            return [sys.executable, "-c", "import time; time.sleep(60)", *STREAM_COMMAND, "--spec", self.spec_path]
+            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
 
     opts = {"spec_path": path, "watch_s": 3600, "on_alert": None, "bootstrap": "127.0.0.1:1"}
     try:
-        _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
+        starter = Sleeper(path, spec, s)
+        _, report = supervise_step(spec, s, watch="run-1", process=starter, **opts)
         first = report.pid
         assert pid_alive(first) and len(report.restarts) == 1
         for _ in range(2):
             _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
-        assert report.pid == first and len(report.restarts) == 1, report.restarts
+        # on failure, the log says who signalled the first process (no line: SIGKILL)
+        assert report.pid == first and len(report.restarts) == 1, (report.restarts, starter.log_file.read_text())
         assert set(report.states) == {"starting"}
     finally:
         stop_stream_process(spec, s)
