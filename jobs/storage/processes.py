@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 
@@ -23,9 +25,19 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
-def cmdline(pid: int) -> str:
-    """The process's command line, space-joined; "" when it is gone or unreadable."""
-    try:
-        return " ".join(psutil.Process(pid).cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return ""
+def cmdline(pid: int, settle_s: float = 2.0) -> str:
+    """The process's command line, space-joined; "" when it is gone or unreadable.
+
+    A process caught inside its exec reads an empty command line until the kernel has put its new
+    arguments in place, and under load that can last a second: a supervisor's poke right after
+    a start then took its own stream process for another and started a second one. An empty
+    line is read again until ``settle_s``."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            args = psutil.Process(pid).cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return ""
+        if args or time.monotonic() >= deadline:
+            return " ".join(args)
+        time.sleep(0.01)

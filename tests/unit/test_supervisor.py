@@ -93,6 +93,7 @@ _STAND_IN = """
 import signal
 sigs = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT}
 signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+print("stand-in: up", flush=True)
 got = signal.sigtimedwait(sigs, 60)
 if got is not None:
     try:
@@ -113,7 +114,7 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
     from jobs.operate.supervisor import supervise_step
     from jobs.settings import Settings
     from jobs.spec import write_spec
-    from jobs.storage.processes import pid_alive
+    from jobs.storage.processes import cmdline, pid_alive
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
     spec = demo_spec.model_copy(update={"pipeline": "poked"})
@@ -132,7 +133,11 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
         for _ in range(2):
             _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
         # on failure, the log says who signalled the first process (no line: SIGKILL)
-        assert report.pid == first and len(report.restarts) == 1, (report.restarts, starter.log_file.read_text())
+        assert report.pid == first and len(report.restarts) == 1, (
+            report.restarts,
+            f"first alive now: {pid_alive(first)}, its command line: {cmdline(first)!r}",
+            starter.log_file.read_text(),
+        )
         assert set(report.states) == {"starting"}
     finally:
         stop_stream_process(spec, s)
@@ -167,3 +172,32 @@ def test_stopping_a_process_found_dead_signals_no_group_its_old_pid_may_now_name
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_process_caught_inside_its_exec_is_still_recognised(monkeypatch):
+    """Inside its exec a process reads an empty command line until its new arguments are in place
+    (under load for up to a second; a poke then took the supervisor's own stream process for
+    another and started a second one): ``cmdline`` reads it again until it has one."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from jobs.storage.processes import cmdline
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "jobs.cli", "stream"])
+    try:
+        real, reads = psutil.Process.cmdline, []
+
+        def mid_exec(self):  # the first reads as inside the exec: no arguments yet
+            reads.append(self.pid)
+            return [] if len(reads) <= 3 else real(self)
+
+        monkeypatch.setattr(psutil.Process, "cmdline", mid_exec)
+        assert cmdline(proc.pid).endswith("-m jobs.cli stream") and len(reads) == 4
+        # and one that never gets arguments (a kernel thread that took the pid) is "" in the end
+        monkeypatch.setattr(psutil.Process, "cmdline", lambda self: [])
+        assert cmdline(proc.pid, settle_s=0.2) == ""
+    finally:
+        proc.kill()
+        proc.wait()
