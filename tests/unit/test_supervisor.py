@@ -87,8 +87,8 @@ def test_a_sensor_watch_remembers_its_checks_and_a_retry_after_giving_up_starts_
         assert done
 
 
-#: A stand-in stream process that sleeps a minute, and if a catchable signal ends it first, prints
-#: who sent it (a flaky run once found it gone a second after its start, with nothing in its log).
+#: A stand-in stream process that sleeps a minute; it prints that it is up, and who sent a
+#: catchable signal that ends it first, so a failure tells a killed process from one not recognised.
 _STAND_IN = """
 import signal
 sigs = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT}
@@ -132,7 +132,7 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
         assert pid_alive(first) and len(report.restarts) == 1
         for _ in range(2):
             _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
-        # on failure, the log says who signalled the first process (no line: SIGKILL)
+        # on failure: does the first process still run, how does its command line read, who signalled it
         assert report.pid == first and len(report.restarts) == 1, (
             report.restarts,
             f"first alive now: {pid_alive(first)}, its command line: {cmdline(first)!r}",
