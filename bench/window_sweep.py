@@ -6,10 +6,12 @@ partitioned by arrival ds, then read back like the landed tables):
 1. **one join**: ``join_events(left ds, right ds, spec, windowed=True)`` followed by an action
    that materialises all of its output (``.count()`` by default, or ``--action noop``: a full
    write to Spark's ``noop`` sink);
-2. **sweep**: :func:`jobs.window_sweep.sweep` of the K candidates (default K = 50) over the same
-   left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected;
+2. **sweep**: :func:`jobs.accuracy.sweep.sweep` of the K candidates (default K = 50) over the same
+   left/right partitions, ``right_days="same"`` (batch_1d_windowed semantics), collected, by its
+   default method (the previous-pair histogram); and, for comparison, by the cell sets (the
+   method a predicate naming a left column needs);
 3. their ratios, wall and task CPU (issue #13's goal: sweep <= 1.2 × one join in both, at K=169
-   and 500 k left events; ``--goal``).
+   and 500 k left events; ``--goal``, judged on the default method).
 
 Each is run ``--warmup`` times untimed, then ``--repeat`` times alternately; the medians are compared, in
 wall-clock seconds and in task CPU seconds (summed over the action's Spark stages, from the Spark
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from jobs.accuracy.sweep import format_candidate, parse_grid, sweep
+    from jobs.accuracy.grid import format_candidate, parse_grid
+    from jobs.accuracy.sweep import sweep
     from jobs.join.conditions import join_events
     from jobs.spec import load_spec
     from jobs.storage.spark import get_spark
@@ -237,13 +240,18 @@ def main(argv: list[str] | None = None) -> int:
         def the_sweep():
             return sweep(left, right, spec, grid, right_days="same")
 
+        def by_cell_sets():
+            return sweep(left, right, spec, grid, right_days="same", method="cell-sets")
+
         for _ in range(args.warmup):  # JIT and code generation settle over the first runs
             rows = one_join()
             result = the_sweep()
-        runs: dict[str, list[tuple[float, float]]] = {"join": [], "sweep": []}
+            same = by_cell_sets().equals(result)
+        runs: dict[str, list[tuple[float, float]]] = {"join": [], "sweep": [], "cell_sets": []}
         for _ in range(args.repeat):
             runs["join"].append(cpu.measure(one_join)[:2])
             runs["sweep"].append(cpu.measure(the_sweep)[:2])
+            runs["cell_sets"].append(cpu.measure(by_cell_sets)[:2])
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
 
         mine = result[(result.lower_s == spec.window.lower_seconds) & (result.upper_s == spec.window.upper_seconds)]
@@ -257,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
             if rows >= 0 and spec.join.type.value == "left_outer" and spec.join.cardinality.value == "1-to-n":
                 ok = rows == r.pairs + (r.left_events - r.matched_left)
                 print(f"check: join rows == sweep pairs + unmatched left events: {'yes' if ok else 'NO'}")
+        print(f"check: both methods give the same {len(result)} rows: {'yes' if same else 'NO'}")
         for k, label in (
             ("join", f"one batch_1d_windowed join (+{args.action})"),
             ("sweep", f"sweep of K={len(grid)} windows"),
+            ("cell_sets", "the same by cell sets"),
         ):
             w, c = med[k]
             print(
@@ -268,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         (jw, jc), (sw, sc) = med["join"], med["sweep"]
         ratios = {"wall": round(sw / jw, 2), "task_cpu": round(sc / jc, 2)}
+        cw, cc = med["cell_sets"]
+        print(f"ratio by cell sets / one join: wall {cw / jw:.2f}x, task CPU {cc / jc:.2f}x")
         verdicts = ", ".join(f"{k} {'met' if v <= args.goal else 'NOT met'}" for k, v in ratios.items())
         print(
             f"ratio sweep / one join: wall {ratios['wall']:.2f}x, task CPU {ratios['task_cpu']:.2f}x "
@@ -282,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             "join_cpu_s": round(jc, 2),
             "sweep_wall_s": round(sw, 2),
             "sweep_cpu_s": round(sc, 2),
+            "cell_sets_wall_s": round(cw, 2),
+            "cell_sets_cpu_s": round(cc, 2),
+            "methods_agree": same,
             "ratio": ratios,
             "goal": args.goal,
             "met": {k: v <= args.goal for k, v in ratios.items()},

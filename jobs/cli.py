@@ -359,7 +359,7 @@ def _configure_logging(verbose: bool) -> None:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's to fix: printed as one line, never a traceback."""
-    from jobs.accuracy.sweep import GridError
+    from jobs.accuracy.grid import GridError
     from jobs.settings import SettingsError
     from jobs.spec import SpecError
     from jobs.steps.importing import ImportRefused

@@ -76,7 +76,7 @@ def _nice_up(seconds: float) -> float:
 
 
 def describe(c: pd.Series) -> str:
-    from jobs.accuracy.sweep import format_candidate
+    from jobs.accuracy.grid import format_candidate
 
     window = f"window {format_candidate(int(c.lower_s), int(c.upper_s))}"
     if FIRST_ANSWER_RATE in c.index:  # the paced engine's: no watermark delays

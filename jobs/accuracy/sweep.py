@@ -2,28 +2,33 @@
 
 Paper §6.5 / §7.2: choosing the window ``[lower, upper]`` trades match rate against state size
 and latency. Instead of running the windowed batch join once per candidate, :func:`sweep` joins
-the left and right events once, with the *widest* candidate window, and keeps per left event
-just enough to decide every narrower window:
+the left and right events once, with the *widest* candidate window (left outer, so left events
+without any pair are still counted: unmatched for every candidate), and keeps per pair just
+enough to decide every narrower window.
 
-1. one join, key equality and ``right.t − left.t ∈ [min lower, max upper]`` (left outer, so
-   left events without any pair are still counted: they are unmatched for every candidate);
-2. per pair the offset ``d = right.t − left.t`` (exact, in microseconds) and its *cell*: the
-   sorted distinct bounds ``p_0 < … < p_{n−1}`` of all candidates cut the widest window into
-   ``2n − 1`` cells (each point ``p_x`` is cell ``2x``, the open gap after it cell ``2x + 1``);
-   ONE aggregation per left event ORs the cell bits of its pairs into a bit set (one long per
-   63 cells). A left event matches ``[p_x, p_y]`` iff some ``d`` has ``p_x <= d <= p_y``, i.e. iff
-   a bit of cells ``2x..2y`` is set (min/max of ``d`` alone would not do: offsets {−5h, +5h}
-   match [−6h, +6h], not [−1h, +1h]). The same aggregation counts pairs below / up to each point;
-3. ONE aggregation per (ds, bit set): left events and their pair counts per distinct cell set
-   (few rows: left events share few cell sets), collected; then numpy decides every candidate:
-   matched = left events whose bits meet ``cells(a, b)``, pairs in the window
-   ``= #(d <= b) − #(d < a)``.
+*Cells*: the sorted distinct bounds ``p_0 < … < p_{n−1}`` of all candidates cut the widest window
+into ``2n − 1`` cells (point ``p_x`` is cell ``2x``, the open gap after it cell ``2x + 1``); a
+pair's offset ``d = right.t − left.t`` (exact, in microseconds) lies in one, and candidate
+``[p_x, p_y]`` is cells ``2x..2y``. A left event matches it iff some ``d`` lies there (min/max of
+``d`` alone would not do: offsets {−5h, +5h} match [−6h, +6h], not [−1h, +1h]). Two exact ways
+to count that (:func:`sweep` picks):
 
-So the cost is one join plus two aggregations whatever the number of candidates (K does not even
-enter the Spark plan, only the number of distinct bounds does): the left side is hash-partitioned
-by the join key once, the join output keeps that partitioning (broadcast or sort-merge), and the
-first aggregation groups by the key too, so it needs no further shuffle; the second one shuffles
-a few small rows.
+* **previous-pair histogram** (the default). A left event matches ``[a, b]`` iff exactly one of
+  its pairs is its first at or after ``a`` and lies at or before ``b``: the pair with
+  ``a <= d <= b`` whose *previous* pair lies below ``a``. Its previous pair is the right event
+  just before this one on the same key (and for the same left ds), so one ``lag`` over the
+  right events, before the join, gives it to every pair. ONE aggregation then counts pairs per
+  (ds, cell of the previous offset, cell of ``d``): a few thousand rows, whatever the data;
+  numpy's prefix sums decide every candidate: matched = pairs whose previous cell is below
+  ``2x`` and cell in ``2x..2y``; pairs in the window = pairs with cell in ``2x..2y``; left
+  events = unpaired left rows + pairs without a previous one. No per-left-event aggregation.
+* **cell sets**, when the spec's predicate names a left column (the previous right event a
+  left event may pair with then depends on the left event). ONE aggregation per left event
+  ORs the cells of its pairs into a bit set (one long per 63 cells) and counts its pairs below /
+  up to each point; a second one per (ds, bit set) leaves few rows; numpy: matched = left
+  events whose bits meet the candidate's cells, pairs ``= #(d <= b) − #(d < a)``.
+
+K does not even enter the Spark plan, only the number of distinct bounds does.
 
 Match rate = matched left events ÷ all left events of the ds (as in :mod:`jobs.accuracy.compare`); a left
 event is one left row (landed event ids are unique, so this is compare's distinct-id count too).
@@ -42,14 +47,10 @@ Which right events may pair with a left event of ds ``D`` (``right_days``):
                       stream sees across midnight (for a window within a day: ``D−1`` if the
                       lower bound is negative, ``D``, ``D+1`` if the upper bound is positive).
 
-The spec's ``join.predicate``, if any, is part of the one join (:func:`jobs.join.conditions.match_condition`).
+The spec's ``join.predicate``, if any, is part of the one join (:func:`jobs.join.conditions.match_condition`);
+one that names right columns only also filters the right events before their previous one is found.
 
-Candidate grids, in code or in the compact form (``start..end/step`` ranges, single values, or
-values joined by ``|``; units ms/s/m/h/d, compound like ``-4h30m``; a bare ``0`` is allowed)::
-
-    candidate_grid(range(-21600, 1, 1800), range(0, 21601, 1800))     # 13 × 13 = 169
-    parse_grid("lower=-6h..0h/30m,upper=0..6h/30m")                    # the same
-    parse_grid("lower=-3h|-1h,upper=30m")                              # [(-10800, 1800), (-3600, 1800)]
+Candidate grids: :mod:`jobs.accuracy.grid`.
 
 Command line (reads the landed tables; prints one line per ds × candidate)::
 
@@ -59,22 +60,22 @@ Command line (reads the landed tables; prints one line per ds × candidate)::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import date, timedelta
 from functools import reduce
 from math import gcd
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from jobs.accuracy.grid import check_candidates, widest
 from jobs.join.columns import col_name
-from jobs.join.conditions import match_condition, predicate_columns
+from jobs.join.conditions import match_condition, predicate_columns, predicate_sql
 from jobs.join.variants import window_day_offsets
 from jobs.settings import Settings
-from jobs.spec import JoinSpec, format_duration
-from jobs.spec.duration import duration_seconds
+from jobs.spec import JoinSpec
 
 #: Columns of :func:`sweep`'s result, one row per ds × candidate.
 RESULT_COLUMNS = ("ds", "lower_s", "upper_s", "left_events", "matched_left", "match_rate", "pairs")
@@ -83,117 +84,7 @@ RIGHT_DAYS = ("all", "same", "neighbours")
 _US = 1_000_000
 
 
-class GridError(ValueError):
-    """A candidate grid is invalid; the message names the bad part."""
-
-
-# ------------------------------------------------------------------------------- candidates
-
-
-def _seconds(value: object, what: str) -> int:
-    """Whole seconds of an int, a timedelta or a duration text (``-3h``, ``-4h30m``, ``0``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str, timedelta)):
-        raise GridError(f"{what}: {value!r} is not a duration")
-    try:
-        secs = duration_seconds(value)
-    except ValueError:
-        raise GridError(
-            f"{what}: {value!r} is not a duration; write a signed number with a unit (ms, s, m, h, d), "
-            "e.g. -6h, 30m, -4h30m, or a bare 0"
-        ) from None
-    if secs != int(secs):
-        raise GridError(f"{what}: {value!r} is not a whole number of seconds")
-    return int(secs)
-
-
-def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[tuple[int, int]]:
-    """Every ``(lower_s, upper_s)`` with ``lower <= upper``, sorted; bounds as ints (seconds),
-    timedeltas or duration texts. Pairs with ``lower > upper`` are not windows and are skipped."""
-    lo = sorted({_seconds(v, "lower") for v in lowers})
-    up = sorted({_seconds(v, "upper") for v in uppers})
-    if not lo or not up:
-        raise GridError("a grid needs at least one lower and one upper bound")
-    grid = [(a, b) for a in lo for b in up if a <= b]
-    if not grid:
-        raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, uppers {up[0]}..{up[-1]} s)")
-    return grid
-
-
-def _values(name: str, text: str, part: str) -> list[int]:
-    out: list[int] = []
-    for item in text.split("|"):
-        item = item.strip()
-        where = f"grid part {part!r}"
-        if not item:
-            raise GridError(f"{where}: empty value")
-        if ".." not in item:
-            out.append(_seconds(item, where))
-            continue
-        rng, _, step_text = item.partition("/")
-        start_text, _, end_text = rng.partition("..")
-        start, end = _seconds(start_text, where), _seconds(end_text, where)
-        if start > end:
-            raise GridError(f"{where}: range {item!r} runs backwards ({start_text.strip()} > {end_text.strip()})")
-        if start == end:
-            out.append(start)
-            continue
-        if not step_text.strip():
-            raise GridError(f"{where}: range {item!r} needs a step, e.g. {rng}/30m")
-        step = _seconds(step_text, where)
-        if step <= 0:
-            raise GridError(f"{where}: the step {step_text.strip()!r} must be positive")
-        if (end - start) % step:
-            raise GridError(
-                f"{where}: the step {step_text.strip()} does not divide the range "
-                f"{start_text.strip()}..{end_text.strip()}"
-            )
-        out.extend(range(start, end + 1, step))
-    return out
-
-
-def parse_grid(text: str) -> list[tuple[int, int]]:
-    """``"lower=-6h..0h/30m,upper=0..6h/30m"`` -> :func:`candidate_grid` of both bound lists."""
-    bounds: dict[str, list[int]] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            raise GridError(f"grid {text!r}: empty part (two commas in a row, or a trailing comma?)")
-        name, eq, values = part.partition("=")
-        name = name.strip()
-        if not eq or name not in ("lower", "upper"):
-            raise GridError(
-                f"grid part {part!r}: write lower=<values> or upper=<values> (values: -6h..0h/30m, -3h, or -3h|-1h)"
-            )
-        if name in bounds:
-            raise GridError(f"grid part {part!r}: {name} is given twice")
-        bounds[name] = _values(name, values, part)
-    for name in ("lower", "upper"):
-        if name not in bounds:
-            raise GridError(f"grid {text!r}: missing {name}=..., e.g. lower=-6h..0h/30m,upper=0..6h/30m")
-    return candidate_grid(bounds["lower"], bounds["upper"])
-
-
-def format_candidate(lower_s: int, upper_s: int) -> str:
-    return f"[{format_duration(timedelta(seconds=lower_s), True)}, {format_duration(timedelta(seconds=upper_s), True)}]"
-
-
 # ------------------------------------------------------------------------------- the sweep
-
-
-def _check_candidates(candidates: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    if not candidates:
-        raise GridError("no candidate windows to sweep")
-    out = []
-    for c in candidates:
-        a, b = _seconds(c[0], "lower"), _seconds(c[1], "upper")
-        if a > b:
-            raise GridError(f"candidate {format_candidate(a, b)}: lower is after upper")
-        out.append((a, b))
-    return list(dict.fromkeys(out))
-
-
-def widest(candidates: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    """The window every candidate lies in: (min lower, max upper)."""
-    return min(a for a, _ in candidates), max(b for _, b in candidates)
 
 
 def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
@@ -282,47 +173,94 @@ class _Cells:
         return out
 
 
-def sweep_cells(
-    left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]], *, right_days: str = "all"
-) -> DataFrame:
-    """The lazy Spark part of :func:`sweep`: left events counted per ds and *cell set*.
+def _sides(left: DataFrame, right: DataFrame, spec: JoinSpec) -> tuple[DataFrame, DataFrame]:
+    """The join's columns, prefixed: keys, the predicate's other columns, event time, and ds (the
+    right's as ``_right_ds``)."""
 
-    The bound points ``p_0 < … < p_{n−1}`` (sorted distinct bounds of all candidates) cut
-    ``[min lower, max upper]`` into ``2n − 1`` cells: point ``p_x`` is cell ``2x``, the open gap
-    after it cell ``2x + 1``. Per left event ONE bit set of the cells its offsets fall in
-    (``_mask0``, ``_mask1``, …: 63 cells per long; 0 for a left event without a pair); it matches
-    ``[p_x, p_y]`` iff one of the bits ``2x..2y`` is set. Rows: ``ds``, the masks, ``_n`` (left
-    events with that cell set), ``_lt<x>`` / ``_le<x>`` (their pairs with ``d`` below lower point
-    ``x`` / up to upper point ``x``). Few rows: left events share few distinct cell sets.
+    def side(df: DataFrame, name: str, ds: Column) -> DataFrame:
+        s = spec.side(name)
+        own = [*s.key, *(c for c in predicate_columns(spec, name) if c not in (*s.key, s.event_time)), s.event_time]
+        return df.select(*[F.col(c).alias(col_name(name, c)) for c in dict.fromkeys(own)], ds)
+
+    return side(left, "left", F.col("ds")), side(right, "right", F.col("ds").alias("_right_ds"))
+
+
+def _pair_histogram(left: DataFrame, right: DataFrame, spec: JoinSpec, cl: _Cells, right_days: str) -> DataFrame:
+    """The lazy Spark part of the previous-pair histogram: rows ``ds, _prev_cell, _cell, _n``.
+
+    Each right event carries the time of the right event just before it that the same left
+    events can pair with: the same key, and (``same``/``neighbours``) the same left ds it is read
+    for (``_target``; under ``neighbours`` a right event is read for up to three left ds). Per
+    pair, the cell of its offset and of the previous one's (-1: none within the widest window);
+    a left event without a pair has a null cell.
     """
-    if right_days not in RIGHT_DAYS:
-        raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
-    cl = _Cells(_check_candidates(candidates))
+    l_df, r_df = _sides(left, right, spec)
+    lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
+    extra = predicate_sql(spec)
+    if extra is not None:  # it names right columns only (see sweep): filter the right events first
+        r_df = r_df.where(F.expr(extra))
+    r_df = r_df.where(F.col(rt).isNotNull())
+    group = [col_name("right", k) for k in spec.right.key]
+    cond = match_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
+    if right_days != "all":
+        offsets = [0] if right_days == "same" else neighbour_offsets(cl.lo, cl.hi)
+        # left ds D reads right ds R iff R - D is one of the offsets, i.e. D = R - offset
+        targets = [F.date_sub(F.col("_right_ds"), o) for o in offsets]
+        r_df = r_df.withColumn("_target", targets[0] if len(targets) == 1 else F.explode(F.array(*targets)))
+        group.append("_target")
+        cond = cond & (F.col("_target") == F.col("ds"))
+    # right events at one time: either may come first, the other's previous offset then equals its own
+    r_df = r_df.withColumn("_prev_t", F.lag(rt).over(Window.partitionBy(*group).orderBy(rt)))
+    pairs = l_df.join(r_df, cond, "left")
+    left_us = F.unix_micros(F.col(lt))
+    d = F.unix_micros(F.col(rt)) - left_us
+    prev = F.unix_micros(F.col("_prev_t")) - left_us
+    return pairs.groupBy(
+        "ds",
+        F.when(prev >= F.lit(cl.lo * _US), _cell_of(prev, cl.points)).otherwise(F.lit(-1)).alias("_prev_cell"),
+        F.when(d.isNotNull(), _cell_of(d, cl.points)).alias("_cell"),
+    ).agg(F.count(F.lit(1)).alias("_n"))
+
+
+def _decide_by_histogram(rows: list, cl: _Cells, cands: Sequence[tuple[int, int]]) -> list[tuple]:
+    """Every candidate per ds from the previous-pair histogram (prefix sums, no loop over K)."""
+    n = 2 * len(cl.points) - 1
+    x = np.array([2 * cl.at[a] for a, _ in cands])
+    y = np.array([2 * cl.at[b] + 1 for _, b in cands])  # cells 2x..2y are columns x..y - 1 below
+    out = []
+    for ds in sorted({r["ds"] for r in rows}):
+        hist = np.zeros((n + 1, n), dtype=np.int64)  # row: previous cell + 1, so 0 = no previous pair
+        unpaired = 0
+        for r in rows:
+            if r["ds"] != ds:
+                continue
+            if r["_cell"] is None:
+                unpaired += r["_n"]
+            else:
+                hist[r["_prev_cell"] + 1, r["_cell"]] += r["_n"]
+        below = np.zeros((n + 2, n + 1), dtype=np.int64)  # below[k, j]: pairs in rows < k, cells < j
+        below[1:, 1:] = hist.cumsum(0).cumsum(1)
+        matched = below[x + 1, y] - below[x + 1, x]  # previous cell < 2x, cell in 2x..2y
+        pairs = below[n + 1, y] - below[n + 1, x]
+        total = unpaired + int(below[1, n])  # every paired left event has one pair without a previous
+        out += [(ds, a, b, total, int(m), int(p)) for (a, b), m, p in zip(cands, matched, pairs)]
+    return out
+
+
+def _cell_sets(left: DataFrame, right: DataFrame, spec: JoinSpec, cl: _Cells, right_days: str) -> DataFrame:
+    """The lazy Spark part of the cell sets: left events counted per ds and *cell set*.
+
+    Per left event ONE bit set of the cells its offsets fall in (``_mask0``, ``_mask1``, …: 63
+    cells per long; 0 for a left event without a pair); it matches ``[p_x, p_y]`` iff one of the
+    bits ``2x..2y`` is set. Rows: ``ds``, the masks, ``_n`` (left events with that cell set),
+    ``_lt<x>`` / ``_le<x>`` (their pairs with ``d`` below lower point ``x`` / up to upper point
+    ``x``). Few rows: left events share few distinct cell sets.
+    """
+    l_df, r_df = _sides(left, right, spec)
     lt, rt = col_name("left", spec.left.event_time), col_name("right", spec.right.event_time)
     lkeys = [col_name("left", k) for k in spec.left.key]
     # a left event is a left row: a row id, so nothing depends on event ids being unique
-    l_df = left.select(
-        *[F.col(k).alias(col_name("left", k)) for k in spec.left.key],
-        *[
-            F.col(c).alias(col_name("left", c))
-            for c in predicate_columns(spec, "left")
-            if c not in (*spec.left.key, spec.left.event_time)
-        ],
-        F.col(spec.left.event_time).alias(lt),
-        F.col("ds"),
-        F.monotonically_increasing_id().alias("_lid"),
-    )
-    r_df = right.select(
-        *[F.col(k).alias(col_name("right", k)) for k in spec.right.key],
-        *[
-            F.col(c).alias(col_name("right", c))
-            for c in predicate_columns(spec, "right")
-            if c not in (*spec.right.key, spec.right.event_time)
-        ],
-        F.col(spec.right.event_time).alias(rt),
-        F.col("ds").alias("_right_ds"),
-    )
-
+    l_df = l_df.withColumn("_lid", F.monotonically_increasing_id())
     cond = match_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
     if right_days == "same":
         cond = cond & (F.col("_right_ds") == F.col("ds"))
@@ -360,23 +298,9 @@ def sweep_cells(
     )
 
 
-def sweep(
-    left: DataFrame, right: DataFrame, spec: JoinSpec, candidates: Sequence[tuple[int, int]], *, right_days: str = "all"
-) -> pd.DataFrame:
-    """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
-
-    One Spark job (1 join + 2 aggregations, see :func:`sweep_cells`), then every candidate is
-    decided on the collected cell sets with numpy. Returns a pandas frame with
-    :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is the left's ds.
-
-    Example::
-
-        rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
-                      right_days="same")
-    """
-    cands = _check_candidates(candidates)
-    cl = _Cells(cands)
-    rows = sweep_cells(left, right, spec, cands, right_days=right_days).collect()
+def _decide_by_cell_sets(rows: list, cl: _Cells, cands: Sequence[tuple[int, int]]) -> list[tuple]:
+    """Every candidate per ds from the cell sets: matched = left events whose bits meet the
+    candidate's cells, pairs ``= #(d <= b) - #(d < a)``."""
     sel = np.array([cl.selection(a, b) for a, b in cands], dtype=np.int64)  # K × masks
     out = []
     for ds in sorted({r["ds"] for r in rows}):
@@ -392,9 +316,53 @@ def sweep(
         sums = {col: sum(int(r[col] or 0) for r in mine) for col in (*cl.below.values(), *cl.upto.values())}
         for k, (a, b) in enumerate(cands):
             pairs = sums[cl.upto[b]] - (sums[cl.below[a]] if a in cl.below else 0)
-            m = int(matched[k])
-            out.append((ds, a, b, total, m, m / total if total else float("nan"), pairs))
-    res = pd.DataFrame(out, columns=list(RESULT_COLUMNS))
+            out.append((ds, a, b, total, int(matched[k]), pairs))
+    return out
+
+
+#: How :func:`sweep` decides the candidates (see the module's docstring).
+METHODS = ("histogram", "cell-sets")
+
+
+def sweep(
+    left: DataFrame,
+    right: DataFrame,
+    spec: JoinSpec,
+    candidates: Sequence[tuple[int, int]],
+    *,
+    right_days: str = "all",
+    method: str | None = None,
+) -> pd.DataFrame:
+    """Match rate (and pairs) per ds × candidate window, from landed-shape left/right events.
+
+    One Spark job (one join and its aggregation, see the module's docstring), then every candidate
+    is decided on the collected rows with numpy. ``method``: ``"histogram"`` unless the spec's
+    predicate names a left column, where only ``"cell-sets"`` is exact (the default picks).
+    Returns a pandas frame with :data:`RESULT_COLUMNS`, sorted by ds, lower_s, upper_s; ``ds`` is
+    the left's ds.
+
+    Example::
+
+        rates = sweep(left_ds, right_ds, spec, parse_grid("lower=-6h..0/30m,upper=0..6h/30m"),
+                      right_days="same")  # parse_grid: jobs.accuracy.grid
+    """
+    if right_days not in RIGHT_DAYS:
+        raise ValueError(f"right_days must be one of {', '.join(RIGHT_DAYS)}, not {right_days!r}")
+    left_predicate = bool(predicate_columns(spec, "left"))
+    method = method or ("cell-sets" if left_predicate else "histogram")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if method == "histogram" and left_predicate:
+        raise ValueError("method 'histogram' cannot apply a predicate that names a left column: use 'cell-sets'")
+    cands = check_candidates(candidates)
+    cl = _Cells(cands)
+    if method == "histogram":
+        out = _decide_by_histogram(_pair_histogram(left, right, spec, cl, right_days).collect(), cl, cands)
+    else:
+        out = _decide_by_cell_sets(_cell_sets(left, right, spec, cl, right_days).collect(), cl, cands)
+    res = pd.DataFrame(
+        [(ds, a, b, n, m, m / n if n else float("nan"), p) for ds, a, b, n, m, p in out], columns=list(RESULT_COLUMNS)
+    )
     res = res.astype(
         {
             "lower_s": "int64",
@@ -416,7 +384,7 @@ def right_read_days(ds_list: Sequence[date], candidates: Sequence[tuple[int, int
     candidate reaches ("neighbours": :func:`neighbour_offsets`, the ``reference`` variant's days)."""
     if right_days not in ("same", "neighbours"):
         raise ValueError(f"right_days must be 'same' or 'neighbours', not {right_days!r}")
-    offsets = [0] if right_days == "same" else neighbour_offsets(*widest(_check_candidates(candidates)))
+    offsets = [0] if right_days == "same" else neighbour_offsets(*widest(check_candidates(candidates)))
     return sorted({d + timedelta(days=o) for d in ds_list for o in offsets})
 
 
@@ -453,7 +421,7 @@ def sweep_ds(
     left = delta_io.read_table(spark, tables.landed("left"), made_by=land).where(F.col("ds").isin(list(ds_list)))
     right = delta_io.read_table(spark, tables.landed("right"), made_by=land).where(F.col("ds").isin(days))
     out = sweep(left, right, spec, candidates, right_days=right_days)
-    cands = _check_candidates(candidates)
+    cands = check_candidates(candidates)
     have = set(out["ds"])
     fill = [(d, a, b, 0, 0, float("nan"), 0) for d in ds_list if d not in have for a, b in cands]
     if fill:

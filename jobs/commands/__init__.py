@@ -262,7 +262,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from jobs.accuracy.sweep import format_candidate, parse_grid, sweep_ds
+    from jobs.accuracy.grid import format_candidate, parse_grid
+    from jobs.accuracy.sweep import sweep_ds
 
     candidates = parse_grid(args.grid)
     spec, spark = _load_spec(args.spec), _spark("window-sweep")

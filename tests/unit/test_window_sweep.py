@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from tiny_spec import tiny_spec
 
-from jobs.accuracy.sweep import RESULT_COLUMNS, GridError, candidate_grid, parse_grid, right_read_days, sweep, sweep_ds
+from jobs.accuracy.grid import GridError, candidate_grid, parse_grid
+from jobs.accuracy.sweep import METHODS, RESULT_COLUMNS, right_read_days, sweep, sweep_ds
 from jobs.join.conditions import join_events
 
 H, M = 3600, 60
@@ -117,6 +118,43 @@ def test_several_lefts_on_one_key_are_decided_one_by_one(spark):
         (D20, -2 * H, H): (2, 2, 2),
         (D20, -H, 0): (2, 0, 0),
     }
+
+
+def test_right_events_at_one_time_count_one_match_and_every_pair(spark):
+    """Two right events at the same instant on a key: the histogram's previous pair of the second
+    is the first (offset equal, not below), so the left event is matched once, paired twice."""
+    spec = tiny_spec()
+    left = events(spark, [("L1", "a", "12:00:00", "12:00:01")])
+    right = events(
+        spark,
+        [("R1", "a", "12:10:00", "12:20:00"), ("R2", "a", "12:10:00", "12:20:00"), ("R3", "a", "11:50:00", "12:20:00")],
+    )
+    cands = [(0, H), (-H, 0), (-H, H), (10 * M, 10 * M), (-H, -30 * M)]
+    want = {
+        (D20, 0, H): (1, 1, 2),
+        (D20, -H, 0): (1, 1, 1),
+        (D20, -H, H): (1, 1, 3),
+        (D20, 10 * M, 10 * M): (1, 1, 2),
+        (D20, -H, -30 * M): (1, 0, 0),
+    }
+    for method in METHODS:
+        assert as_dict(sweep(left, right, spec, cands, method=method)) == want, method
+
+
+def test_neighbours_previous_pair_is_one_read_for_the_same_left_ds(spark):
+    """R1 lies just before R2 on the key but landed in ds 22, which a left event of ds 20 does not
+    read under ``neighbours``: for L1, R2 has no previous pair, so L1 matches."""
+    spec = tiny_spec()
+    left = events(spark, [("L1", "a", "23:30:00", "23:30:05", 20, 20)])
+    right = events(
+        spark,
+        [("R1", "a", "23:20:00", "00:05:00", 20, 22), ("R2", "a", "23:40:00", "23:45:00", 20, 20)],
+    )
+    for method in METHODS:
+        got = as_dict(sweep(left, right, spec, [(-H, H), (0, H)], right_days="neighbours", method=method))
+        assert got == {(D20, -H, H): (1, 1, 1), (D20, 0, H): (1, 1, 1)}, method
+        got = as_dict(sweep(left, right, spec, [(-H, H), (0, H)], right_days="all", method=method))
+        assert got == {(D20, -H, H): (1, 1, 2), (D20, 0, H): (1, 1, 1)}, method
 
 
 def test_right_days_same_neighbours_and_all_across_midnight(spark):
@@ -320,29 +358,46 @@ ODD = (
 )  # lookup: CASE search
 
 
+#: a predicate on right columns only: the histogram filters the right events before their lag
+RIGHT_ONLY = "r.event_id NOT LIKE '%3'"
+
+
 @pytest.mark.parametrize(
-    "seed, right_days, grid",
-    [(1, "all", HOURLY), (2, "same", HOURLY), (3, "neighbours", HOURLY), (4, "all", FINE), (5, "same", ODD)],
+    "seed, right_days, grid, predicate",
+    [
+        (1, "all", HOURLY, None),
+        (2, "same", HOURLY, None),
+        (3, "neighbours", HOURLY, None),
+        (4, "all", FINE, None),
+        (5, "same", ODD, None),
+        (6, "neighbours", FINE, RIGHT_ONLY),
+    ],
 )
-def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, grid):
-    spec = tiny_spec()
+def test_sweep_equals_one_windowed_join_per_candidate(spark, seed, right_days, grid, predicate):
+    """Both methods, each from one pass, equal one join per candidate (random data with hot keys,
+    right events at equal times on a key, offsets on the bounds, arrivals across midnight)."""
+    spec = tiny_spec(
+        **({"join": {"type": "left_outer", "cardinality": "1-to-n", "predicate": predicate}} if predicate else {})
+    )
     left, right = random_events(spark, seed)
     left, right = left.cache(), right.cache()
     try:
         text, checked = grid
         cands = parse_grid(text)
-        got = sweep(left, right, spec, cands, right_days=right_days)  # every candidate from one pass
-        assert len(got) == len(cands) * got.ds.nunique()
-        got_d = as_dict(got)
         exp = expected_by_join_events(left, right, spec, checked, right_days)
         assert exp  # the data has pairs
-        assert {k: got_d[k] for k in exp} == exp
         assert any(v[1] for v in exp.values()) and any(v[1] < v[0] for v in exp.values())
-        # the rates are the counts' ratio, and widening never loses a match
-        assert all(math.isclose(r.match_rate, r.matched_left / r.left_events) for r in got.itertuples())
-        for (ds, a, b), (_, m, p) in got_d.items():
-            if (ds, a - H, b) in got_d:
-                assert got_d[(ds, a - H, b)][1] >= m and got_d[(ds, a - H, b)][2] >= p
+        results = {m: sweep(left, right, spec, cands, right_days=right_days, method=m) for m in METHODS}
+        for method, got in results.items():
+            assert len(got) == len(cands) * got.ds.nunique(), method
+            got_d = as_dict(got)
+            assert {k: got_d[k] for k in exp} == exp, method
+            # the rates are the counts' ratio, and widening never loses a match
+            assert all(math.isclose(r.match_rate, r.matched_left / r.left_events) for r in got.itertuples())
+            for (ds, a, b), (_, m, p) in got_d.items():
+                if (ds, a - H, b) in got_d:
+                    assert got_d[(ds, a - H, b)][1] >= m and got_d[(ds, a - H, b)][2] >= p
+        assertDataFrameEqual(results["histogram"], results["cell-sets"])  # every candidate, not just the checked
     finally:
         left.unpersist()
         right.unpersist()
