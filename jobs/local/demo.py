@@ -259,8 +259,9 @@ def run_demo(
         if delta_io.table_exists(spark, gates)
         else []
     )
-    for g in sorted(failed, key=lambda g: (g.ds, g.suite)):  # the DAG run succeeds: its report ran after the gate
-        console.print(f"[red]quality gate failed[/red] ds={g.ds}: {g.summary}")
+    lines, closing = gate_verdict([(g.ds, g.suite, g.summary) for g in failed])
+    for line in lines:
+        console.print(line)
     reports = s.local_path("reports", spec.pipeline)
     console.print(f"\nDone in {time.monotonic() - started:.0f}s.")
     console.print(f"  report:      {reports / str(days[-1]) / 'report.html'} (all days: {reports / 'index.html'})")
@@ -268,7 +269,24 @@ def run_demo(
     console.print(f"  checkpoints: {s.path('checkpoints', spec.pipeline)}")
     console.print(f"  logs:        {Path(s.log_dir)} (Kafka), {env['AIRFLOW__LOGGING__BASE_LOG_FOLDER']} (Airflow)")
     console.print("  Airflow UI:  `make airflow-ui`, then http://localhost:8080 (admin / see README)")
-    return 0
+    if closing is None:
+        return 0
+    console.print(closing)
+    return 1
+
+
+def gate_verdict(failed: list[tuple[date, str, str]]) -> tuple[list[str], str | None]:
+    """The demo's word on its quality gates, from the failed ones (ds, suite, summary): a line per
+    failed gate, and the closing line (None when every gate passed). A failed gate makes the demo
+    exit 1 after its report (the report DAG still ran, so the report shows why): data that fail
+    their gates are not a successful run, and a script running ``make demo`` must see it."""
+    lines = [
+        f"[red]quality gate failed[/red] ds={ds}: {summary}" for ds, _, summary in sorted(failed, key=lambda f: f[:2])
+    ]
+    if not failed:
+        return lines, None
+    n = len(failed)
+    return lines, f"[red]{n} quality gate{'s' if n > 1 else ''} failed[/red]: the demo exits 1 (the report shows why)"
 
 
 def recommendation_line(rec: dict) -> str:
