@@ -225,8 +225,8 @@ def _pair_histogram(left: DataFrame, right: DataFrame, spec: JoinSpec, cl: _Cell
 def _decide_by_histogram(rows: list, cl: _Cells, cands: Sequence[tuple[int, int]]) -> list[tuple]:
     """Every candidate per ds from the previous-pair histogram (prefix sums, no loop over K)."""
     n = 2 * len(cl.points) - 1
-    x = np.array([2 * cl.at[a] for a, _ in cands])
-    y = np.array([2 * cl.at[b] + 1 for _, b in cands])  # cells 2x..2y are columns x..y - 1 below
+    first = np.array([2 * cl.at[a] for a, _ in cands])  # candidate [p_x, p_y] is cells 2x..2y:
+    end = np.array([2 * cl.at[b] + 1 for _, b in cands])  # first..end - 1
     out = []
     for ds in sorted({r["ds"] for r in rows}):
         hist = np.zeros((n + 1, n), dtype=np.int64)  # row: previous cell + 1, so 0 = no previous pair
@@ -240,9 +240,9 @@ def _decide_by_histogram(rows: list, cl: _Cells, cands: Sequence[tuple[int, int]
                 hist[r["_prev_cell"] + 1, r["_cell"]] += r["_n"]
         below = np.zeros((n + 2, n + 1), dtype=np.int64)  # below[k, j]: pairs in rows < k, cells < j
         below[1:, 1:] = hist.cumsum(0).cumsum(1)
-        matched = below[x + 1, y] - below[x + 1, x]  # previous cell < 2x, cell in 2x..2y
-        pairs = below[n + 1, y] - below[n + 1, x]
-        total = unpaired + int(below[1, n])  # every paired left event has one pair without a previous
+        matched = below[first + 1, end] - below[first + 1, first]  # previous cell < first, cell in the window
+        pairs = below[n + 1, end] - below[n + 1, first]
+        total = unpaired + int(below[1, n])  # a paired left event has one pair in row 0: its first
         out += [(ds, a, b, total, int(m), int(p)) for (a, b), m, p in zip(cands, matched, pairs)]
     return out
 
