@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd(
             "demo",
             commands.cmd_demo,
-            "the main job: two generated days through batch and streaming joins side by side, then the comparison",
+            "the main job: two generated days through batch and streaming joins side by side, then the comparison "
+            "(exit 1 if a quality gate fails)",
         )
     )
     d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})")
