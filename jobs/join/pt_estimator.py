@@ -39,9 +39,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "PTState",
@@ -413,6 +416,8 @@ def pt_series(
         behind[:-1] = behind_by_batch[1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.where((next_tuples > 0) & ~np.isnan(pt), 1.0 - behind / np.maximum(next_tuples, 1), np.nan)
+
+    import pandas as pd  # here, not at the top: a paced stream's Python processes import this module
 
     df = pd.DataFrame(
         {

@@ -36,7 +36,6 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.join.avro import decoded
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION
 from jobs.spec import SCHEMA_TYPES, JoinSpec, StreamSpec, UnknownFields
 from jobs.spec.avro import Encoding
@@ -123,6 +122,8 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     """
     fmt = stream.format
     avro = fmt.avro if fmt.encoding == Encoding.avro else None
+    if avro:  # fastavro and pandas for Avro sides only: a paced stream's Python processes import this module
+        from jobs.join.avro import decoded
     df = raw.select(
         F.col("key").cast("string").alias("_raw_key"),
         (F.base64("value") if avro else F.col("value").cast("string")).alias("_raw_value"),

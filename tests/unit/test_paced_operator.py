@@ -73,6 +73,18 @@ def test_a_keys_block_is_the_same_in_every_process():
     assert {block_of((f"s{i}",), 4) for i in range(100)} == {0, 1, 2, 3}
 
 
+def test_the_paced_engines_python_processes_import_its_modules_without_pandas():
+    """Spark starts a Python process for each of the source's planning steps and for the operator's
+    driver side, in a row before the first micro-batch: none of them needs pandas (~1.5 s to import
+    here), so the modules they load do not import it (bench.paced_first_batch)."""
+    import subprocess
+    import sys
+
+    code = "import sys, jobs.storage.aligned_source, jobs.join.paced_operator; print('pandas' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "False"
+
+
 def test_a_block_keeps_the_blobs_of_keys_not_stepped_as_they_were():
     from jobs.join.paced import Event, KeyState
     from jobs.join.paced_state import StateCodec, pack_block, unpack_block
