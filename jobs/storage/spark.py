@@ -53,6 +53,10 @@ BASE_CONF: dict[str, str] = {
     # AQE joins shuffled partitions whose build side fits this by hash instead of sorting both sides
     # (the batch windowed join; a bigger partition keeps the sort-merge join, which spills)
     "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "64MB",
+    # Python workers are pooled by their environment, and Spark sets this one's variable for a
+    # Python source's reads but not for transformWithStateInPandas: off, the paced engine's
+    # reader and operator share one pool, and its first micro-batch starts two workers, not four
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
 }
 
 
