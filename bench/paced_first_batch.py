@@ -2,11 +2,12 @@
 processes it starts (issue #13; what a restart of the paced engine waits for before its first
 output).
 
-One workload (``--left-events`` of one day, the chaos test's: 30 records a stream and micro-batch,
-late corrections on) is published once to a scratch broker. Then, ``--rounds`` times, each variant
+One workload (``--left-events`` of one day) for the paced chaos test's spec
+(:func:`jobs.local.chaos.paced_corrections_spec`: 30 records a stream and micro-batch, late
+corrections on) is published once to a scratch broker. Then, ``--rounds`` times, each variant
 runs in its own fresh process (variants alternate): a new driver, the stream from an empty
-checkpoint as ``availableNow`` until the topics are read, its Python processes sampled every
-0.1 s (``psutil``: each one's start and CPU seconds). Variants:
+checkpoint as ``availableNow`` until the topics are read, its Python processes sampled every 0.1 s
+(``psutil``: each one's start and CPU seconds). Variants:
 
 * ``product``: the session as every joinshift step makes it;
 * ``simplified-traceback``: the same with ``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled``
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,30 +46,19 @@ VARIANTS: dict[str, dict[str, str]] = {
 WORKER_MODULES = ("jobs.storage.aligned_source", "jobs.join.paced_operator")
 
 
-def paced_spec(base):
-    """The chaos test's paced spec: 30 records a stream and micro-batch, corrections 6 h."""
-    from jobs.local.chaos import isolated_spec
-    from jobs.spec import Corrections, Engine
-
-    spec = isolated_spec(base, "paced_first_batch", max_offsets=None)
-    paced = spec.streaming.paced.model_copy(update={"max_records_per_batch": 30})
-    streaming = spec.streaming.model_copy(update={"engine": Engine.paced, "paced": paced})
-    return spec.model_copy(
-        update={"streaming": streaming, "corrections": Corrections.model_validate({"horizon": "6h"})}
-    )
-
-
 def child(variant: str, root: Path, bootstrap: str, tag: str) -> dict[str, Any]:
     """In a fresh process: one availableNow run of the paced stream, its Python processes sampled."""
     import psutil
 
-    from jobs.local.chaos import reference_output
+    from jobs.local.chaos import paced_corrections_spec, reference_output
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.spark import get_spark
     from jobs.storage.tables import Tables
 
     s = scratch_settings(root / tag)
-    spec = paced_spec(default_spec()).model_copy(update={"pipeline": f"paced_first_batch_{tag.replace('-', '_')}"})
+    spec = paced_corrections_spec(default_spec(), "paced_first_batch").model_copy(
+        update={"pipeline": f"paced_first_batch_{tag.replace('-', '_')}"}
+    )
     t = time.monotonic()
     spark = get_spark("joinshift-bench-paced-first-batch", s, extra_conf=VARIANTS[variant])
     session_s = time.monotonic() - t
@@ -132,16 +123,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = shlex.join(["python", "-m", "bench.paced_first_batch", *(sys.argv[1:] if argv is None else argv)])
 
-    from jobs.local.chaos import publish_workload
+    from jobs.local.chaos import paced_corrections_spec, publish_workload
     from jobs.local.kafka_broker import EmbeddedKafka
 
+    shutil.rmtree(root, ignore_errors=True)
     s = scratch_settings(root / "broker")
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     runs: list[dict[str, Any]] = []
     try:
         base = default_spec()
-        records = publish_workload(base, paced_spec(base), bootstrap, args.left_events, seed=11)
+        records = publish_workload(
+            base, paced_corrections_spec(base, "paced_first_batch"), bootstrap, args.left_events, seed=11
+        )
         print(f"{records} records published to {bootstrap}", flush=True)
         for r in range(args.rounds):
             for variant in VARIANTS:

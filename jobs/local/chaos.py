@@ -3,9 +3,9 @@
 :func:`chaos_run` lets :func:`jobs.operate.supervisor.supervise` run the stream process of a spec
 and SIGKILLs it at seeded random moments (optionally bouncing the Kafka broker); every kill lands
 shortly after the restarted process's first output commit plus a random 0-1.5 s, i.e. during the
-progress/offset commit or the next micro-batch. :func:`isolated_spec`, :func:`publish_workload`,
-:func:`reference_output` and :func:`output_rows` set up a pipeline of its own and the uninterrupted
-``availableNow`` run its output must equal; :func:`delta_version`, :func:`progress_lines`,
+progress/offset commit or the next micro-batch. :func:`isolated_spec`, :func:`paced_corrections_spec`,
+:func:`publish_workload`, :func:`reference_output` and :func:`output_rows` set up a pipeline of its
+own and the uninterrupted ``availableNow`` run its output must equal; :func:`delta_version`, :func:`progress_lines`,
 :func:`input_drained` and :func:`wait_until` watch it without Spark.
 """
 
@@ -43,6 +43,21 @@ def isolated_spec(spec, name: str, max_offsets: int | None, watermarks: dict | N
             "right": side(spec.right, "right"),
             "streaming": spec.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets}),
         }
+    )
+
+
+def paced_corrections_spec(spec, name: str):
+    """The paced engine with late corrections, as its chaos test runs it: :func:`isolated_spec`, 30
+    records a stream and micro-batch (fine enough pacing that some clicks are read after their
+    window closed, so corrections happen: at 45 one of 541 rows was, at 60 none; 2026-11-26),
+    corrections for 6 h."""
+    from jobs.spec import Corrections, Engine
+
+    base = isolated_spec(spec, name, max_offsets=None)
+    paced = base.streaming.paced.model_copy(update={"max_records_per_batch": 30})
+    streaming = base.streaming.model_copy(update={"engine": Engine.paced, "paced": paced})
+    return base.model_copy(
+        update={"streaming": streaming, "corrections": Corrections.model_validate({"horizon": "6h"})}
     )
 
 

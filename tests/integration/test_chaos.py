@@ -98,18 +98,12 @@ def test_the_paced_engine_with_late_corrections_survives_sigkills(spark, kafka, 
     checkpoint (both topics' offsets and PTs in the offset log, the source's estimators and the
     state dictionaries beside it); its output, corrections merged in, must equal one uninterrupted
     run's. Its micro-batches are cut by pacing, so a re-cut batch would change which rows close late."""
-    from jobs.local.chaos import chaos_run, isolated_spec, output_rows, publish_workload, reference_output
-    from jobs.spec import Corrections, Engine, write_spec
+    from jobs.local.chaos import chaos_run, output_rows, paced_corrections_spec, publish_workload, reference_output
+    from jobs.spec import write_spec
     from jobs.storage.tables import Tables
 
     name = "chaos_paced"
-    base = isolated_spec(demo_spec, name, max_offsets=None)
-    # 30 records a micro-batch: fine enough pacing that some clicks are read after their window
-    # closed, so corrections happen (45: 1 of 541 rows, 60: none; 2026-11-26)
-    streaming = base.streaming.model_copy(
-        update={"engine": Engine.paced, "paced": base.streaming.paced.model_copy(update={"max_records_per_batch": 30})}
-    )
-    ch = base.model_copy(update={"streaming": streaming, "corrections": Corrections.model_validate({"horizon": "6h"})})
+    ch = paced_corrections_spec(demo_spec, name)
     publish_workload(demo_spec, ch, kafka, left_events=300, seed=11)
 
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / name / "reference"))
