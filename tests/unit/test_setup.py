@@ -1,0 +1,37 @@
+"""What set-up (build/setup.sh) leaves behind for every process the product starts."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+# what a Spark Python worker, a Python source's runner and the CLI import before their work
+DEPENDENCIES = ("pyspark.sql", "pandas", "pyarrow", "pydantic", "yaml")
+PROJECT = ("jobs.spec", "jobs.join.paced_operator", "jobs.storage.aligned_source", "jobs.cli")
+
+
+def _bytecode(module: str) -> tuple[Path, Path]:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    return Path(spec.origin), Path(importlib.util.cache_from_source(spec.origin))
+
+
+@pytest.mark.parametrize("module", DEPENDENCIES)
+def test_the_dependencies_bytecode_is_compiled_and_current(module: str) -> None:
+    """Installed, never compiled: under PYTHONDONTWRITEBYTECODE (CI's containers) each process
+    would compile them from source again, seconds per Spark worker."""
+    source, cached = _bytecode(module)
+    assert cached.exists(), f"{cached} missing: run make setup"
+    header = cached.read_bytes()[:16]
+    assert header[:4] == importlib.util.MAGIC_NUMBER, cached
+    assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime) & 0xFFFFFFFF, f"{cached} is stale"
+
+
+@pytest.mark.parametrize("module", PROJECT)
+def test_the_projects_modules_are_compiled(module: str) -> None:
+    """Only that a file exists: a module edited since set-up is compiled again in memory, and
+    ``make test`` runs set-up first."""
+    _, cached = _bytecode(module)
+    assert cached.exists(), f"{cached} missing: run make setup"
