@@ -50,6 +50,14 @@ fi
 # the project's own modules too (the editable install leaves them in place): a no-op when current
 quietly .venv/compile.log "compiling the project's modules failed: fix the file named above and rerun make setup" \
   .venv/bin/python -m compileall -q jobs dags plugins bench
+# Spark puts its own copy of PySpark (pyspark.zip and py4j's zip, inside the installed package) first
+# on the path of every Python process it starts, and from a zip each process compiles PySpark again
+# (~1.7 s here). A .pth drops those two zips from the path when they are this environment's own, so
+# the installed, compiled copy of the same files serves; with any other Spark home it does nothing.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+pth="# joinshift set-up (build/setup.sh): PySpark from the installed package, not from its zip copy
+import sys; sys.path[:] = [p for p in sys.path if not p.startswith('$site/pyspark/python/lib/')]"
+[ "$(cat "$site/joinshift-pyspark-path.pth" 2>/dev/null)" = "$pth" ] || printf '%s\n' "$pth" > "$site/joinshift-pyspark-path.pth"
 
 # --- 2. JVM jars ---------------------------------------------------------------------------
 resolve() {  # resolve <pom dir> <target dir>

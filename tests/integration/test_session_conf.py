@@ -80,3 +80,19 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def test_a_python_worker_spark_starts_imports_the_installed_compiled_pyspark(spark):
+    """Spark puts pyspark.zip first on its Python workers' path; set-up's .pth hands them the
+    installed copy, whose bytecode set-up compiled, instead of compiling the zip's in each one."""
+    import importlib.util
+    import os
+
+    def where(_):
+        import pyspark
+
+        return pyspark.__file__
+
+    (origin,) = spark.sparkContext.parallelize([0], 1).map(where).collect()
+    assert ".zip" not in origin, origin
+    assert os.path.exists(importlib.util.cache_from_source(origin)), origin

@@ -35,3 +35,28 @@ def test_the_projects_modules_are_compiled(module: str) -> None:
     ``make test`` runs set-up first."""
     _, cached = _bytecode(module)
     assert cached.exists(), f"{cached} missing: run make setup"
+
+
+def test_a_process_given_pysparks_zip_copy_first_imports_the_installed_one(tmp_path: Path) -> None:
+    """As Spark starts its Python processes: PYTHONPATH leads with the zips inside the installed
+    package. A Spark home elsewhere keeps its own zip."""
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    other = tmp_path / "spark" / "python" / "lib"
+    other.mkdir(parents=True)
+    with zipfile.ZipFile(other / "pyspark.zip", "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+
+    def imported_from(*path: Path) -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+        code = "import pyspark; print(pyspark.__file__)"
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+
+    assert imported_from(*sorted(lib.glob("*.zip"))).strip() == pyspark.__file__
+    assert imported_from(other / "pyspark.zip").strip() == str(other / "pyspark.zip" / "pyspark" / "__init__.py")
