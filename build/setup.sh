@@ -42,9 +42,8 @@ if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; th
   pip_failed="installing the Python dependencies failed: fix and rerun make setup"
   quietly .venv/install-uv.log "$pip_failed" .venv/bin/python -m pip install -q "uv==$UV_VERSION"
   quietly .venv/install-deps.log "$pip_failed" .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev]"
-  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   quietly .venv/compile.log "compiling the dependencies' bytecode failed: rerun make setup" \
-    .venv/bin/python -m compileall -q -j0 "$site"
+    .venv/bin/python -m compileall -q -j0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   echo "$req_hash" > .venv/.installed
 fi
 # the project's own modules too (the editable install leaves them in place): a no-op when current
@@ -54,10 +53,19 @@ quietly .venv/compile.log "compiling the project's modules failed: fix the file 
 # on the path of every Python process it starts, and from a zip each process compiles PySpark again
 # (~1.7 s here). A .pth drops those two zips from the path when they are this environment's own, so
 # the installed, compiled copy of the same files serves; with any other Spark home it does nothing.
-site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-pth="# joinshift set-up (build/setup.sh): PySpark from the installed package, not from its zip copy
-import sys; sys.path[:] = [p for p in sys.path if not p.startswith('$site/pyspark/python/lib/')]"
-[ "$(cat "$site/joinshift-pyspark-path.pth" 2>/dev/null)" = "$pth" ] || printf '%s\n' "$pth" > "$site/joinshift-pyspark-path.pth"
+.venv/bin/python - <<'PY'
+import os, sysconfig
+site = sysconfig.get_paths()["purelib"]
+zips = os.path.join(site, "pyspark", "python", "lib", "")
+pth = (
+    "# joinshift set-up (build/setup.sh): PySpark from the installed package, not from its zip copy\n"
+    f"import sys; sys.path[:] = [p for p in sys.path if not p.startswith({zips!r})]\n"
+)
+path = os.path.join(site, "joinshift-pyspark-path.pth")
+if not os.path.exists(path) or open(path).read() != pth:
+    with open(path, "w") as f:
+        f.write(pth)
+PY
 
 # --- 2. JVM jars ---------------------------------------------------------------------------
 resolve() {  # resolve <pom dir> <target dir>
