@@ -35,6 +35,7 @@ quietly() {
 # every process, and Spark starts many (its workers, a Python source's runner): 4.7-5.7 s -> 1.3-1.7 s
 # to import them here (2026-11-27).
 UV_VERSION=0.13.8
+site_packages() { .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 req_hash=$( (cat pyproject.toml; echo "uv $UV_VERSION, compileall") | sha256sum | cut -c1-16)
 if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
   say "creating .venv and installing pinned dependencies (a minute or two the first time)"
@@ -43,7 +44,7 @@ if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; th
   quietly .venv/install-uv.log "$pip_failed" .venv/bin/python -m pip install -q "uv==$UV_VERSION"
   quietly .venv/install-deps.log "$pip_failed" .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev]"
   quietly .venv/compile.log "compiling the dependencies' bytecode failed: rerun make setup" \
-    .venv/bin/python -m compileall -q -j0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    .venv/bin/python -m compileall -q -j0 "$(site_packages)"
   echo "$req_hash" > .venv/.installed
 fi
 # the project's own modules too (the editable install leaves them in place): a no-op when current
@@ -53,9 +54,9 @@ quietly .venv/compile.log "compiling the project's modules failed: fix the file 
 # on the path of every Python process it starts, and from a zip each process compiles PySpark again
 # (~1.7 s here). A .pth drops those two zips from the path when they are this environment's own, so
 # the installed, compiled copy of the same files serves; with any other Spark home it does nothing.
-.venv/bin/python - <<'PY'
-import os, sysconfig
-site = sysconfig.get_paths()["purelib"]
+.venv/bin/python - "$(site_packages)" <<'PY'
+import os, sys
+site = sys.argv[1]
 zips = os.path.join(site, "pyspark", "python", "lib", "")
 pth = (
     "# joinshift set-up (build/setup.sh): PySpark from the installed package, not from its zip copy\n"
