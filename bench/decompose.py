@@ -15,8 +15,8 @@ events/s (Kafka records of both topics, good and bad, per wall second) of:
 ``join_delta``        + the exactly-once Delta sink: the product's own
                       ``jobs.steps.stream.start_streaming_join`` (``quarantine=False``)
 ``passthrough``       Kafka -> parse -> good events -> Delta, no join, through the join's own sink:
-                      ``foreachBatch``, persist, skip an empty batch, ``delta_io.BatchAppender``
-                      (the stamped blind append of ``JoinSink``)
+                      ``foreachBatch`` and ``delta_io.BatchAppender`` (the stamped blind
+                      append of ``JoinSink``)
 ``passthrough_delta`` the same into Delta's own streaming sink (``writeStream.format("delta")``),
                       which looks up its transaction id in the table's log on every micro-batch
 ====================  =====================================================================
@@ -364,17 +364,12 @@ def main(argv: list[str] | None = None) -> int:
             return build(spec, "left").unionByName(build(spec, "right"), allowMissingColumns=True)
 
         def join_sink_alike(path: str, writer: str):
-            """``JoinSink``'s write without the join's row selection: persist, skip an empty batch,
-            the stamped blind append."""
+            """``JoinSink``'s write without the join's row selection: the stamped blind append (an
+            empty batch records no commit)."""
             append = delta_io.BatchAppender(path, lambda: writer)
 
             def write(batch, batch_id: int) -> None:
-                batch = batch.persist()
-                try:
-                    if not batch.isEmpty():
-                        append(batch, batch_id)
-                finally:
-                    batch.unpersist()
+                append(batch, batch_id)
 
             return write
 

@@ -97,6 +97,26 @@ class JoinSink:
         self.append = delta_io.BatchAppender(self.path, _query_id_of(tables.checkpoint(JOIN_QUERY)))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if not (self.paced or self.merge):
+            # One action: Delta records no commit for an empty blind append (BASE_CONF), so a
+            # batch with no rows needs no check first, and no cache to compute it once for both
+            # (BENCHMARKS, "Levers measured": 6 % more records/s)
+            self._append(self._stamped(select_batch_rows(batch, self.spec)), batch_id)
+        else:
+            self._write_checked(batch, batch_id)
+        if self.on_batch:
+            self.on_batch(batch_id)
+
+    def _append(self, rows: DataFrame, batch_id: int) -> None:
+        if not self.append(rows, batch_id):
+            log.info("micro-batch %d was committed before a restart: skipped", batch_id)
+
+    def _stamped(self, rows: DataFrame) -> DataFrame:
+        return rows.withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
+
+    def _write_checked(self, batch: DataFrame, batch_id: int) -> None:
+        """The paced engine's rows (split from its counters), a MERGE, late corrections: more than
+        one action on the batch, so it is computed once into Spark's cache."""
         if self.paced:  # its rows and its counters: the batch is computed once for both
             batch = batch.persist()
             rows, counts = split_counters(batch)
@@ -105,7 +125,7 @@ class JoinSink:
                 rows = rows.drop(REVISION)
         else:
             rows = select_batch_rows(batch, self.spec)
-        rows = rows.withColumn(EMITTED_AT, F.lit(self.clock()).cast("timestamp"))
+        rows = self._stamped(rows)
         if self.amends:  # a correction is stamped with when it was made
             rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
         if self.owned_from is not None:
@@ -117,8 +137,8 @@ class JoinSink:
                 pass
             elif self.merge:
                 delta_io.insert_new(first, self.path, self.keys)
-            elif not self.append(first, batch_id):
-                log.info("micro-batch %d was committed before a restart: skipped", batch_id)
+            else:
+                self._append(first, batch_id)
             fixes = rows.where(F.col(REVISION) > 0) if self.amends else None
             if fixes is not None and not fixes.isEmpty():
                 left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
@@ -127,8 +147,6 @@ class JoinSink:
             rows.unpersist()
             if self.paced:
                 batch.unpersist()
-        if self.on_batch:
-            self.on_batch(batch_id)
 
 
 def _query_id_of(checkpoint: str) -> Callable[[], str]:
@@ -333,12 +351,7 @@ def start_quarantine(
     append = delta_io.BatchAppender(tables.quarantine, _query_id_of(tables.checkpoint(QUARANTINE_QUERY)))
 
     def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()  # two actions: do not read and parse Kafka twice
-        try:
-            if not batch.isEmpty():
-                append(batch, batch_id)
-        finally:
-            batch.unpersist()
+        append(batch, batch_id)  # one action: a batch with no bad record commits nothing (BASE_CONF)
 
     w = (
         bad.writeStream.queryName(query_name(spec.pipeline, QUARANTINE_QUERY))

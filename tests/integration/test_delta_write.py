@@ -34,3 +34,19 @@ def test_replace_partitions_counts_and_lays_out_a_new_table(spark, tmp_path):
 
     # an overwrite of the partition counts what it wrote, not what the table holds
     assert delta_io.replace_partitions(df.limit(120), path, {"ds": ["2026-11-20"]}) == 120
+
+
+def test_a_micro_batch_with_no_rows_records_no_commit(spark, tmp_path):
+    """The stream's sinks append each micro-batch without checking it for rows first (a second
+    action on the batch): Delta must record no commit for an empty one (BASE_CONF)."""
+    from jobs.storage import delta_io
+
+    rows = spark.range(5).selectExpr("id", "date'2026-11-20' AS ds")
+    path = str(tmp_path / "out")
+    append = delta_io.BatchAppender(path, lambda: "writer-1")
+    assert append(rows, 0)
+    assert append(rows.limit(0), 1)  # nothing to write
+    assert append(rows, 2)
+    assert len(spark.sql(delta_io.history_sql(path, 10)).collect()) == 2
+    assert delta_io.committed_batches(spark, path, "writer-1") == {0, 2}
+    assert spark.read.format("delta").load(path).count() == 10
