@@ -99,8 +99,8 @@ class JoinSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not (self.paced or self.merge):
             # One action: Delta records no commit for an empty blind append (BASE_CONF), so a
-            # batch with no rows needs no check first, and no cache to compute it once for both
-            # (BENCHMARKS, "Levers measured": 6 % more records/s)
+            # batch with no rows needs no check first, nor a cache to compute it once for both
+            # (BENCHMARKS, "Each micro-batch written in one action": 0.92x the time and CPU)
             self._append(self._stamped(select_batch_rows(batch, self.spec)), batch_id)
         else:
             self._write_checked(batch, batch_id)
