@@ -133,12 +133,10 @@ class JoinSink:
         rows = rows.persist()
         try:
             first = rows.where(F.col(REVISION) == 0) if self.amends else rows
-            if first.isEmpty():  # no empty Delta commit per no-data batch
-                pass
-            elif self.merge:
+            if not self.merge:
+                self._append(first, batch_id)  # no rows, no commit (BASE_CONF): no check needed
+            elif not first.isEmpty():  # no MERGE, and no table made, from no rows
                 delta_io.insert_new(first, self.path, self.keys)
-            else:
-                self._append(first, batch_id)
             fixes = rows.where(F.col(REVISION) > 0) if self.amends else None
             if fixes is not None and not fixes.isEmpty():
                 left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
