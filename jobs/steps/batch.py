@@ -82,12 +82,9 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
 def output_layout(spec: JoinSpec) -> dict[str, list[str]]:
     """How a join output table is written: file statistics on the left event time only (what a
     reader narrows by, beside the ds partition; min/max of unique ids skip nothing, and computing
-    Delta's default 32 columns' was a fifth of a 1 M-event join's write) and no Parquet dictionary
-    for the event ids (unique). ``python -m bench.batch_vs_duckdb`` has the numbers."""
-    return {
-        "stats_columns": [col_name("left", spec.left.event_time)],
-        "plain_columns": [col_name("left", spec.left.id), col_name("right", spec.right.id)],
-    }
+    Delta's default 32 columns' was a fifth of a 1 M-event join's write). ``python -m
+    bench.batch_vs_duckdb`` has the numbers."""
+    return {"stats_columns": [col_name("left", spec.left.event_time)]}
 
 
 def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
