@@ -52,7 +52,7 @@ BASE_CONF: dict[str, str] = {
     # a commit; the streaming sink commits every micro-batch, so checkpoint every 100 commits.
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
     # Parquet's own 64-bit timestamps, not Spark's default INT96 (deprecated by Parquet): the batch
-    # join at 10 M left events 0.92x the time, its files 7 % smaller (BENCHMARKS, "INT96")
+    # join at 10 M left events 0.92x the time, its files 7 % smaller (BENCHMARKS, "Timestamps as INT64")
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.ansi.enabled": "false",

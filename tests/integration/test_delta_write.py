@@ -49,3 +49,28 @@ def test_a_micro_batch_with_no_rows_records_no_commit(spark, tmp_path):
     assert len(spark.sql(delta_io.history_sql(path, 10)).collect()) == 2
     assert delta_io.committed_batches(spark, path, "writer-1") == {0, 2}
     assert spark.read.format("delta").load(path).count() == 10
+
+
+def test_a_table_written_with_int96_timestamps_takes_int64_ones(spark, tmp_path):
+    """Tables written before timestamps became INT64 go on: new files beside old INT96 ones are
+    read, filtered and overwritten as one table."""
+    from jobs.storage import delta_io
+    from jobs.storage.spark import conf_for
+
+    def day(ds: str, first: int):
+        return spark.range(first, first + 100).selectExpr("timestamp_seconds(id) AS t", f"date'{ds}' AS ds")
+
+    path = str(tmp_path / "out")
+    with conf_for(spark, {"spark.sql.parquet.outputTimestampType": "INT96"}):
+        delta_io.replace_partitions(day("2026-11-19", 0), path, {"ds": ["2026-11-19"]}, stats_columns=["t"])
+    delta_io.replace_partitions(day("2026-11-20", 86_400), path, {"ds": ["2026-11-20"]})
+    kinds = {
+        pq.ParquetFile(f).metadata.row_group(0).column(0).physical_type: f.parent.name
+        for f in (tmp_path / "out").glob("ds=*/*.parquet")
+    }
+    assert kinds == {"INT96": "ds=2026-11-19", "INT64": "ds=2026-11-20"}
+    table = spark.read.format("delta").load(path)
+    assert table.count() == 200
+    assert table.where("t >= timestamp_seconds(50) AND t < timestamp_seconds(86450)").count() == 100
+    delta_io.replace_partitions(day("2026-11-19", 10), path, {"ds": ["2026-11-19"]})
+    assert spark.read.format("delta").load(path).agg({"t": "min"}).first()[0].timestamp() == 10
