@@ -130,7 +130,9 @@ class JoinSink:
             rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
         if self.owned_from is not None:
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
-        rows = rows.persist()
+        several = self.merge or self.amends  # more than one action on the rows: computed once
+        if several:
+            rows = rows.persist()
         try:
             first = rows.where(F.col(REVISION) == 0) if self.amends else rows
             if not self.merge:
@@ -142,7 +144,8 @@ class JoinSink:
                 left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
                 delta_io.amend(fixes, self.path, left_id, right_id, REVISION)
         finally:
-            rows.unpersist()
+            if several:
+                rows.unpersist()
             if self.paced:
                 batch.unpersist()
 
