@@ -17,10 +17,15 @@ columns and the arrival time), and then, alternately:
 Spark's wall time is split into the product's checks of which days each side holds
 (``landed_days``), the join with its Delta write (``replace_partitions``) and the rest (the
 inputs' schemas, the run's own bookkeeping); after the timed runs the join alone runs once more into
-Spark's ``noop`` sink. Both outputs are checked for the same answer: rows, pairs (rows with a
-right event) and matched left events. Wall seconds per run, medians over ``--repeat`` runs (fewer
-for a size whose runs took ``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at
-10 M). One warm-up of both on the first size comes first (Spark's JIT).
+Spark's ``noop`` sink. **Where the seconds go**, in the same parts for both engines
+(:mod:`bench.stages`): Spark's task CPU per stage, as reading and shuffling each side, the join
+(with the write, in the same stage) and the rest, for each timed run and for the join into
+``noop`` (so the write is the difference); DuckDB's time per operator from its JSON profile
+(reading, the join, the write), in one more, profiled run after the timed ones. Both outputs
+are checked for the same answer: rows, pairs (rows with a right event) and matched left events.
+Wall seconds per run, medians over ``--repeat`` runs (fewer for a size whose runs took
+``--max-seconds``), and the ratio Spark ÷ DuckDB (goal: <= 3x at 10 M). One warm-up of both on
+the first size comes first (Spark's JIT).
 
 Sizes above ``--chunk`` left events are generated as chunks of that size (each its own seed; ids
 and keys prefixed with the chunk, so chunks share no session): the generator holds every Kafka
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.scratch import default_spec, scratch_settings
+from bench.stages import StageCpu, duckdb_parts, spark_parts
 from jobs.settings import PROJECT_ROOT
 
 VARIANT = "batch_1d_windowed"
@@ -172,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root).resolve()
     s = scratch_settings(root)
     base = default_spec()
-    spark = get_spark("joinshift-bench-batch-duckdb", s)
+    os.environ["JOINSHIFT_SPARK_UI"] = "true"  # for the per-stage CPU times (this process only)
+    spark = get_spark("joinshift-bench-batch-duckdb", s, extra_conf={"spark.ui.port": "0"})
+    stages = StageCpu(spark)
     load_before = os.getloadavg()
     results = []
 
@@ -203,12 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     timed(batch_step, "landed_days", "landed_days_s")  # which days each side holds (the day-edge rule)
     timed(delta_io, "replace_partitions", "join_and_write_s")  # the join runs inside its Delta write
 
+    cpu_parts: dict[str, float] = {}
+
     def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int]]:
         rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"spark_{tag}"))
         parts.clear()
-        t = time.monotonic()
-        rows = batch_step.run_variant(spark, spec, VARIANT, ds, rs)
-        wall = time.monotonic() - t
+        wall, ran, rows = stages.run(lambda: batch_step.run_variant(spark, spec, VARIANT, ds, rs))
+        cpu_parts.clear()
+        cpu_parts.update(spark_parts(ran))
         parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, bookkeeping
         out = spark.read.format("delta").load(Tables.of(spec, rs).output(VARIANT)).where(F.col("ds") == F.lit(ds))
         right_id = col_name("right", spec.right.id)
@@ -221,13 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(rs.storage_root, ignore_errors=True)
         return wall, output_counts(c["rows"], c["pairs"], c["m"])
 
-    def duckdb_run(spec, tables: Path, ds: date, tag: str) -> tuple[float, dict[str, int]]:
+    def duckdb_run(spec, tables: Path, ds: date, tag: str, profile: Path | None = None) -> tuple[float, dict[str, int]]:
         out = root / f"duckdb_{tag}.parquet"
         con = duckdb.connect()
         con.execute(f"SET threads = {args.threads}; SET memory_limit = '{args.duckdb_memory}'; SET TimeZone = 'UTC'")
         con.execute(f"SET temp_directory = '{root / 'duckdb_tmp'}'")
+        if profile is not None:
+            con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{profile}'")
         t = time.monotonic()
         con.execute(windowed_join_sql(spec, str(tables / "left"), str(tables / "right"), ds, str(out)))
+        if profile is not None:
+            con.execute("PRAGMA disable_profiling")
         (rows,) = con.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchone()  # type: ignore[misc]
         wall = time.monotonic() - t
         right_id, left_id = col_name("right", spec.right.id), col_name("left", spec.left.id)
@@ -257,28 +271,34 @@ def main(argv: list[str] | None = None) -> int:
                 w_d, _ = duckdb_run(spec, tables, ds, "warmup")
                 print(f"warm-up: Spark {w_s:.1f}s, DuckDB {w_d:.1f}s", flush=True)
             runs: dict[str, list[float]] = {"spark": [], "duckdb": []}
-            spark_parts: list[dict[str, float]] = []
+            spark_times: list[dict[str, float]] = []
+            spark_cpu: list[dict[str, float]] = []
             answers: dict[str, dict[str, int]] = {}
             for i in range(args.repeat):
                 if i and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
                     break
                 w, answers["spark"] = spark_run(spec, ds, str(i))
                 runs["spark"].append(round(w, 2))
-                spark_parts.append({k: round(v, 2) for k, v in parts.items()})
+                spark_times.append({k: round(v, 2) for k, v in parts.items()})
+                spark_cpu.append(dict(cpu_parts))
                 w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(i))
                 runs["duckdb"].append(round(w, 2))
                 print(f"  run {i}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
             med = {k: statistics.median(v) for k, v in runs.items()}
             # the join alone, into Spark's noop sink: what the Delta write and the product's checks add
-            t = time.monotonic()
             tb = Tables.of(spec, s)
-            join_events(
+            joined = join_events(
                 batch_input.read_side(spark, tb, "left", [ds]),
                 batch_input.read_side(spark, tb, "right", [ds]),
                 spec,
                 windowed=True,
-            ).write.format("noop").mode("overwrite").save()
-            join_noop_s = round(time.monotonic() - t, 2)
+            )
+            w, ran, _ = stages.run(joined.write.format("noop").mode("overwrite").save)
+            join_noop_s, join_noop_cpu = round(w, 2), spark_parts(ran)
+            # DuckDB's operators, in one more run with its profiler on (not among the timed runs)
+            profile = root / f"duckdb_profile_{n}.json"
+            duckdb_run(spec, tables, ds, "profiled", profile)
+            duck_cpu = {k: round(v, 2) for k, v in duckdb_parts(json.loads(profile.read_text())).items()}
             same = answers["spark"] == answers["duckdb"]
             row = {
                 "left_events_generated": n,
@@ -288,8 +308,11 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_s": runs["spark"],
                 "duckdb_s": runs["duckdb"],
                 "spark_median_s": med["spark"],
-                "spark_parts_s": spark_parts,
+                "spark_parts_s": spark_times,
+                "spark_task_cpu_s": spark_cpu,
                 "spark_join_to_noop_s": join_noop_s,
+                "spark_join_to_noop_task_cpu_s": join_noop_cpu,
+                "duckdb_cpu_s": duck_cpu,
                 "duckdb_median_s": med["duckdb"],
                 "ratio": round(med["spark"] / med["duckdb"], 2),
                 "spark_answer": answers["spark"],
@@ -301,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {n:,}: Spark {med['spark']:.1f}s, DuckDB {med['duckdb']:.1f}s, ratio {row['ratio']}x; "
                 f"answers {'equal' if same else 'DIFFER'}: Spark {answers['spark']}, DuckDB {answers['duckdb']}; "
-                f"Spark's runs {spark_parts}, its join into noop {join_noop_s}s",
+                f"Spark's runs {spark_times}, its join into noop {join_noop_s}s",
+                flush=True,
+            )
+            print(
+                f"  where the seconds go: Spark's task CPU per run {spark_cpu}, the join into noop {join_noop_cpu}; "
+                f"DuckDB's operators {duck_cpu}",
                 flush=True,
             )
             shutil.rmtree(tables, ignore_errors=True)
@@ -336,6 +364,20 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {r['left_rows']:,} | {r['right_rows']:,} | {r['spark_median_s']:.1f} s | {r['duckdb_median_s']:.1f} s "
             f"| {r['ratio']}x | {'yes' if r['same_answer'] else 'NO'} ({r['spark_answer']['rows']:,} rows) |"
+        )
+    print()
+    print("| left events | engine | read (Spark: and shuffle) | join | write | other | total |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        sp, noop, dk = r["spark_task_cpu_s"][-1], r["spark_join_to_noop_task_cpu_s"], r["duckdb_cpu_s"]
+        write = round(sp["join"] - noop["join"], 2)  # the join stage writes too: less its noop run's
+        print(
+            f"| {r['left_rows']:,} | Spark, task CPU (the last run; the join from its run into noop) | {sp['read']} s "
+            f"| {noop['join']} s | {write} s | {sp['other']} s | {round(sum(sp.values()), 2)} s |"
+        )
+        print(
+            f"| {r['left_rows']:,} | DuckDB, operator time (profiled run) | {dk['read']} s | {dk['join']} s "
+            f"| {dk['write']} s | {dk['other']} s | {dk['total']} s |"
         )
     g = result["goal"]
     print(

@@ -38,9 +38,9 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from bench.stages import StageCpu
 from jobs.settings import PROJECT_ROOT
 
 #: 10 lowers × 5 uppers = 50 candidates, the spec's [-3h, +30m] among them.
@@ -68,30 +68,6 @@ def spark_schema(stream) -> str:
 
     cols = [f"{c} {SCHEMA_TYPES[t]}" for c, t in stream.schema_.items()]
     return ", ".join([*cols, "_arrival_time timestamp", "_partition int", "_offset bigint", "ds date"])
-
-
-class StageCpu:
-    """Task CPU seconds of the Spark stages an action ran (Spark UI REST API)."""
-
-    def __init__(self, spark):
-        self.base = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
-
-    def _stages(self) -> list[dict]:
-        with urllib.request.urlopen(f"{self.base}/stages", timeout=30) as r:
-            return json.load(r)
-
-    def measure(self, fn):
-        """(wall seconds, task CPU seconds, fn's result)."""
-        before = {s["stageId"] for s in self._stages()}
-        t0 = time.perf_counter()
-        result = fn()
-        wall = time.perf_counter() - t0
-        for _ in range(50):  # the status store is fed asynchronously: wait until the stages are done
-            new = [s for s in self._stages() if s["stageId"] not in before]
-            if new and all(s["status"] in ("COMPLETE", "SKIPPED", "FAILED") for s in new):
-                break
-            time.sleep(0.1)
-        return wall, sum(s.get("executorCpuTime", 0) for s in new) / 1e9, result
 
 
 def recommendation_grid(wl, spec, slice_minutes: int | None) -> None:

@@ -1,6 +1,7 @@
 """The benchmarks' own logic, without running them: the issue's goal ratios and the per-record
 waterfall of ``bench.decompose``, its reading of ConsumerPerformance's output, and DuckDB's
-windowed join in ``bench.batch_vs_duckdb`` (bounds inclusive, left outer, as the spec says)."""
+windowed join in ``bench.batch_vs_duckdb`` (bounds inclusive, left outer, as the spec says), and
+``bench.stages``' split of either engine's seconds into reading, the join and the write."""
 
 from __future__ import annotations
 
@@ -76,6 +77,46 @@ def test_duckdb_windowed_join_matches_on_the_key_with_both_bounds_inclusive(tmp_
         f"SELECT left_event_id, right_event_id FROM read_parquet('{out}') ORDER BY 1, 2 NULLS LAST"
     ).fetchall()
     assert got == [("l1", "r1"), ("l1", "r2"), ("l2", None)]
+
+
+def test_spark_stages_split_into_reading_the_join_and_the_rest_by_their_shuffles():
+    from bench.stages import spark_parts
+
+    stages = [
+        {"status": "COMPLETE", "shuffleWriteBytes": 10, "shuffleReadBytes": 0, "executorCpuTime": 2_000_000_000},
+        {"status": "COMPLETE", "shuffleWriteBytes": 20, "shuffleReadBytes": 0, "executorCpuTime": 3_000_000_000},
+        {"status": "COMPLETE", "shuffleWriteBytes": 0, "shuffleReadBytes": 30, "executorCpuTime": 7_500_000_000},
+        {"status": "COMPLETE", "shuffleWriteBytes": 0, "shuffleReadBytes": 0, "executorCpuTime": 250_000_000},
+        {"status": "SKIPPED", "shuffleWriteBytes": 10, "shuffleReadBytes": 0, "executorCpuTime": 9_000_000_000},
+    ]
+    assert spark_parts(stages) == {"read": 5.0, "join": 7.5, "other": 0.25}
+
+
+def test_duckdb_profile_of_the_bench_join_splits_into_reading_the_join_and_the_write(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    import json
+
+    from bench.batch_vs_duckdb import windowed_join_sql
+    from bench.stages import duckdb_parts
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    for side in ("left", "right"):
+        (tmp_path / side / "ds=2026-11-20").mkdir(parents=True)
+        con.execute(
+            "COPY (SELECT 'e' || i AS event_id, 'k' || (i % 1000) AS k, "
+            "TIMESTAMPTZ '2026-11-20 12:00:00' + to_seconds(i % 600) AS t, t AS _arrival_time FROM range(20000) r(i)) "
+            f"TO '{tmp_path / side / 'ds=2026-11-20' / 'part.parquet'}' (FORMAT parquet)"
+        )
+    profile = tmp_path / "profile.json"
+    con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{profile}'")
+    sql = windowed_join_sql(tiny_spec(), str(tmp_path / "left"), str(tmp_path / "right"), date(2026, 11, 20), "x")
+    con.execute(sql.replace("TO 'x'", f"TO '{tmp_path / 'out.parquet'}'"))
+    con.execute("PRAGMA disable_profiling")
+    parts = duckdb_parts(json.loads(profile.read_text()))
+    assert set(parts) == {"read", "join", "write", "other", "total"}
+    assert parts["read"] > 0 and parts["join"] > 0 and parts["write"] > 0  # each operator found by its type
+    assert parts["total"] > 0
 
 
 def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_peak():
