@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recommendation-grid", action="store_true", help="time the recommendation's grid (no Spark)")
     p.add_argument("--slice-minutes", type=int, help="with --recommendation-grid: replay slices (default: live)")
     args = p.parse_args(argv)
+    if args.repeat < 1 or args.warmup < 0:
+        p.error("--repeat takes 1 or more timed runs and --warmup 0 or more")
     command = shlex.join(["python", "-m", "bench.window_sweep", *(sys.argv[1:] if argv is None else argv)])
 
     from pyspark.sql import functions as F
@@ -220,14 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             return sweep(left, right, spec, grid, right_days="same", method="cell-sets")
 
         for _ in range(args.warmup):  # JIT and code generation settle over the first runs
-            rows = one_join()
-            result = the_sweep()
-            same = by_cell_sets().equals(result)
+            one_join(), the_sweep(), by_cell_sets()
         runs: dict[str, list[tuple[float, float]]] = {"join": [], "sweep": [], "cell_sets": []}
-        for _ in range(args.repeat):
-            runs["join"].append(cpu.measure(one_join)[:2])
-            runs["sweep"].append(cpu.measure(the_sweep)[:2])
-            runs["cell_sets"].append(cpu.measure(by_cell_sets)[:2])
+        for _ in range(args.repeat):  # the answers checked below are the last timed run's
+            wall, cpu_s, rows = cpu.measure(one_join)
+            runs["join"].append((wall, cpu_s))
+            wall, cpu_s, result = cpu.measure(the_sweep)
+            runs["sweep"].append((wall, cpu_s))
+            wall, cpu_s, cells = cpu.measure(by_cell_sets)
+            runs["cell_sets"].append((wall, cpu_s))
+        same = cells.equals(result)
         med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
 
         mine = result[(result.lower_s == spec.window.lower_seconds) & (result.upper_s == spec.window.upper_seconds)]

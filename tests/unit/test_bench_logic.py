@@ -145,3 +145,13 @@ def test_the_paced_bench_refuses_a_lag_that_is_not_a_duration_of_0s_or_more(arg,
         main([arg])
     assert exc.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--repeat", "0"], ["--warmup", "-1"]])
+def test_the_sweep_bench_refuses_no_timed_run_or_a_negative_warm_up(args, capsys):
+    from bench.window_sweep import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert "--repeat takes 1 or more" in capsys.readouterr().err
