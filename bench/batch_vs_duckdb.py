@@ -211,14 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     timed(batch_step, "landed_days", "landed_days_s")  # which days each side holds (the day-edge rule)
     timed(delta_io, "replace_partitions", "join_and_write_s")  # the join runs inside its Delta write
 
-    cpu_parts: dict[str, float] = {}
-
-    def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int]]:
+    def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int], dict[str, float] | None]:
+        """(wall seconds, the output's counts, task CPU by part: :func:`bench.stages.spark_parts`)."""
         rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"spark_{tag}"))
         parts.clear()
         wall, ran, rows = stages.run(lambda: batch_step.run_variant(spark, spec, VARIANT, ds, rs))
-        cpu_parts.clear()
-        cpu_parts.update(spark_parts(ran))
         parts["rest_s"] = wall - sum(parts.values())  # reading the inputs' schemas, bookkeeping
         out = spark.read.format("delta").load(Tables.of(spec, rs).output(VARIANT)).where(F.col("ds") == F.lit(ds))
         right_id = col_name("right", spec.right.id)
@@ -229,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         ).first()
         assert c is not None and c["rows"] == rows
         shutil.rmtree(rs.storage_root, ignore_errors=True)
-        return wall, output_counts(c["rows"], c["pairs"], c["m"])
+        return wall, output_counts(c["rows"], c["pairs"], c["m"]), spark_parts(ran)
 
     def duckdb_run(spec, tables: Path, ds: date, tag: str, profile: Path | None = None) -> tuple[float, dict[str, int]]:
         out = root / f"duckdb_{tag}.parquet"
@@ -267,20 +264,20 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             if i == 0:  # warm-up: Spark's JIT and code generation, DuckDB's first read of the files
-                w_s, _ = spark_run(spec, ds, "warmup")
+                w_s, _, _ = spark_run(spec, ds, "warmup")
                 w_d, _ = duckdb_run(spec, tables, ds, "warmup")
                 print(f"warm-up: Spark {w_s:.1f}s, DuckDB {w_d:.1f}s", flush=True)
             runs: dict[str, list[float]] = {"spark": [], "duckdb": []}
             spark_times: list[dict[str, float]] = []
-            spark_cpu: list[dict[str, float]] = []
+            spark_cpu: list[dict[str, float] | None] = []
             answers: dict[str, dict[str, int]] = {}
             for i in range(args.repeat):
                 if i and sum(runs["spark"]) + sum(runs["duckdb"]) > args.max_seconds:
                     break
-                w, answers["spark"] = spark_run(spec, ds, str(i))
+                w, answers["spark"], cpu = spark_run(spec, ds, str(i))
                 runs["spark"].append(round(w, 2))
                 spark_times.append({k: round(v, 2) for k, v in parts.items()})
-                spark_cpu.append(dict(cpu_parts))
+                spark_cpu.append(cpu)
                 w, answers["duckdb"] = duckdb_run(spec, tables, ds, str(i))
                 runs["duckdb"].append(round(w, 2))
                 print(f"  run {i}: Spark {runs['spark'][-1]:.1f}s, DuckDB {runs['duckdb'][-1]:.1f}s", flush=True)
@@ -370,11 +367,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for r in results:
         sp, noop, dk = r["spark_task_cpu_s"][-1], r["spark_join_to_noop_task_cpu_s"], r["duckdb_cpu_s"]
-        write = round(sp["join"] - noop["join"], 2)  # the join stage writes too: less its noop run's
-        print(
-            f"| {r['left_rows']:,} | Spark, task CPU (the last run; the join from its run into noop) | {sp['read']} s "
-            f"| {noop['join']} s | {write} s | {sp['other']} s | {round(sum(sp.values()), 2)} s |"
-        )
+        if sp is None or noop is None:
+            unsplit = "not split: a broadcast join reads, joins and writes in one stage"
+            print(f"| {r['left_rows']:,} | Spark, task CPU | {unsplit} | | | | |")
+        else:
+            write = round(sp["join"] - noop["join"], 2)  # its join stage writes too: less the noop run's
+            print(
+                f"| {r['left_rows']:,} | Spark, task CPU (the last run; the join from its run into noop) "
+                f"| {sp['read']} s | {noop['join']} s | {write} s | {sp['other']} s | {round(sum(sp.values()), 2)} s |"
+            )
         print(
             f"| {r['left_rows']:,} | DuckDB, operator time (profiled run) | {dk['read']} s | {dk['join']} s "
             f"| {dk['write']} s | {dk['other']} s | {dk['total']} s |"

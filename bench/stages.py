@@ -15,8 +15,8 @@ from typing import Any
 
 #: DuckDB's operator types per part; any other operator counts as "other".
 DUCKDB_PARTS = {
-    "read": ("TABLE_SCAN", "READ_PARQUET", "PARQUET_SCAN"),
-    "join": ("HASH_JOIN", "PIECEWISE_MERGE_JOIN", "IE_JOIN", "RANGE_JOIN", "NESTED_LOOP_JOIN", "FILTER", "PROJECTION"),
+    "read": ("TABLE_SCAN",),
+    "join": ("HASH_JOIN", "PIECEWISE_MERGE_JOIN", "IE_JOIN", "NESTED_LOOP_JOIN", "FILTER", "PROJECTION"),
     "write": ("COPY_TO_FILE",),
 }
 
@@ -51,18 +51,21 @@ class StageCpu:
         return wall, sum(s.get("executorCpuTime", 0) for s in stages) / 1e9, result
 
 
-def spark_parts(stages: Iterable[dict]) -> dict[str, float]:
+def spark_parts(stages: Iterable[dict]) -> dict[str, float] | None:
     """Task CPU seconds of a shuffled join's stages in three parts: ``read`` (stages that write a
     shuffle: each side read and shuffled), ``join`` (stages that read one: the join and whatever
     follows it in that stage, e.g. the write) and ``other`` (the rest: the product's checks, Delta's
-    log)."""
+    log). None if no stage read a shuffle: a broadcast join reads, joins and writes in one stage,
+    which no stage split can take apart."""
     out = {"read": 0.0, "join": 0.0, "other": 0.0}
+    shuffled = False
     for s in stages:
         if s.get("status") == "SKIPPED":
             continue
+        shuffled = shuffled or bool(s.get("shuffleReadBytes", 0))
         part = "read" if s.get("shuffleWriteBytes", 0) else "join" if s.get("shuffleReadBytes", 0) else "other"
         out[part] += s.get("executorCpuTime", 0) / 1e9
-    return {k: round(v, 2) for k, v in out.items()}
+    return {k: round(v, 2) for k, v in out.items()} if shuffled else None
 
 
 def duckdb_parts(profile: dict) -> dict[str, float]:

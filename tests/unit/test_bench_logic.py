@@ -90,6 +90,8 @@ def test_spark_stages_split_into_reading_the_join_and_the_rest_by_their_shuffles
         {"status": "SKIPPED", "shuffleWriteBytes": 10, "shuffleReadBytes": 0, "executorCpuTime": 9_000_000_000},
     ]
     assert spark_parts(stages) == {"read": 5.0, "join": 7.5, "other": 0.25}
+    broadcast = [{"status": "COMPLETE", "shuffleWriteBytes": 0, "shuffleReadBytes": 0, "executorCpuTime": 10**9}]
+    assert spark_parts(broadcast) is None  # read, join and write in one stage: no split to give
 
 
 def test_duckdb_profile_of_the_bench_join_splits_into_reading_the_join_and_the_write(tmp_path):
