@@ -50,23 +50,9 @@ fi
 # the project's own modules too (the editable install leaves them in place): a no-op when current
 quietly .venv/compile.log "compiling the project's modules failed: fix the file named above and rerun make setup" \
   .venv/bin/python -m compileall -q jobs dags plugins bench
-# Spark puts its own copy of PySpark (pyspark.zip and py4j's zip, inside the installed package) first
-# on the path of every Python process it starts, and from a zip each process compiles PySpark again
-# (~1.7 s here). A .pth drops those two zips from the path when they are this environment's own, so
-# the installed, compiled copy of the same files serves; with any other Spark home it does nothing.
-.venv/bin/python - "$(site_packages)" <<'PY'
-import os, sys
-site = sys.argv[1]
-zips = os.path.join(site, "pyspark", "python", "lib", "")
-pth = (
-    "# joinshift set-up (build/setup.sh): PySpark from the installed package, not from its zip copy\n"
-    f"import sys; sys.path[:] = [p for p in sys.path if not p.startswith({zips!r})]\n"
-)
-path = os.path.join(site, "joinshift-pyspark-path.pth")
-if not os.path.exists(path) or open(path).read() != pth:
-    with open(path, "w") as f:
-        f.write(pth)
-PY
+# Spark's Python processes import the installed, compiled PySpark, not its zip copy (~1.7 s each):
+# build/pyspark_path.py, which the Airflow image runs too
+.venv/bin/python build/pyspark_path.py
 
 # --- 2. JVM jars ---------------------------------------------------------------------------
 resolve() {  # resolve <pom dir> <target dir>

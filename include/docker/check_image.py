@@ -10,6 +10,8 @@ Checks:
   silently move pyspark, delta-spark, apache-airflow, ... to satisfy a preinstalled provider);
 * nothing that replaces the full pyspark is installed (``pyspark-client``, which
   apache-airflow-providers-apache-spark 6.x pulls in) and pyspark still has its ``jars/``;
+* a Python process started as Spark starts one (PySpark's own zips first on its path) imports the
+  installed, compiled PySpark, not the zip copy (build/pyspark_path.py's ``.pth``; ~1.7 s a process);
 * ``java`` is a Java 17 runtime (the Spark driver runs in this image);
 * ``<jar_cache>/spark`` has the Kafka connector and Delta, and no second copy of a library
   pyspark already ships.
@@ -70,6 +72,7 @@ def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
             pyspark_jars = set()
         else:
             pyspark_jars = {artifact(p.name) for p in jars_dir.glob("*.jar")}
+        problems += _zip_copy_problems(Path(pyspark.__file__))
 
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
@@ -88,6 +91,18 @@ def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
     if dupes:
         problems.append(f"{spark_dir} repeats libraries pyspark ships: {', '.join(dupes)}")
     return problems
+
+
+def _zip_copy_problems(installed: Path) -> list[str]:
+    zips = sorted((installed.parent / "python" / "lib").glob("*.zip"))
+    if not zips:
+        return []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, zips))}
+    code = "import pyspark; print(pyspark.__file__)"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
+    if got == str(installed):
+        return []
+    return [f"a Python process Spark starts imports PySpark from {got or '?'}: run build/pyspark_path.py"]
 
 
 def main(argv: list[str] | None = None) -> int:

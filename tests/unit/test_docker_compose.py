@@ -354,6 +354,17 @@ def test_dockerfile_bakes_the_jar_cache_compose_points_at(services):
     assert "build/spark/pom.xml" in text and "copy-dependencies" in text
 
 
+def test_dockerfile_hands_sparks_python_processes_the_installed_pyspark():
+    """The image runs set-up's own .pth writer once the dependencies are in, and its check
+    (check_image.py, which tests/unit/test_setup.py runs against .venv) fails the build without it."""
+    text = DOCKERFILE.read_text()
+    assert "build/pyspark_path.py" in text
+    runs = [m.start() for m in re.finditer(r"python /opt/joinshift/pyspark_path\.py", text)]
+    assert len(runs) == 1
+    assert text.index("-r /opt/joinshift/requirements.txt") < runs[0] < text.index("check_image.py --pyproject")
+    assert "build/pyspark_path.py" in (ROOT / "build" / "setup.sh").read_text()
+
+
 def test_env_example_lists_the_compose_defaults(raw):
     """include/docker/compose.env.example documents exactly the variables and defaults the file uses."""
     defaults: dict[str, str] = {}

@@ -60,3 +60,50 @@ def test_a_process_given_pysparks_zip_copy_first_imports_the_installed_one(tmp_p
 
     assert imported_from(*sorted(lib.glob("*.zip"))).strip() == pyspark.__file__
     assert imported_from(other / "pyspark.zip").strip() == str(other / "pyspark.zip" / "pyspark" / "__init__.py")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_pth_script_hands_a_site_its_installed_pyspark_over_the_zip(tmp_path: Path) -> None:
+    """build/pyspark_path.py, which set-up and the Airflow image both run, on a site of its own:
+    with its .pth the installed copy wins over the zip Spark puts first; without it, the zip."""
+    import subprocess
+    import sys
+    import zipfile
+
+    site = tmp_path / "site-packages"
+    (site / "pyspark" / "python" / "lib").mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    zipped = site / "pyspark" / "python" / "lib" / "pyspark.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+
+    def imported_from() -> str:
+        code = f"import site; site.addsitedir({str(site)!r}); import pyspark; print(pyspark.__file__)"
+        env = {"PYTHONPATH": str(zipped), "PATH": ""}
+        done = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    assert imported_from().strip() == str(zipped / "pyspark" / "__init__.py")
+    script = _load(ROOT / "build" / "pyspark_path.py")
+    written = script.write(str(site))
+    assert script.write(str(site)) == written  # a second run leaves it as it is
+    assert imported_from().strip() == str(site / "pyspark" / "__init__.py")
+
+
+def test_the_image_check_passes_on_what_set_up_installed() -> None:
+    """include/docker/check_image.py, which ends the Airflow image's build, against .venv and the jar
+    cache: the pins, the jars, Java 17 and the installed PySpark for Spark's Python processes."""
+    from jobs.settings import settings
+
+    check_image = _load(ROOT / "include" / "docker" / "check_image.py")
+    assert check_image.check(ROOT / "pyproject.toml", Path(settings().jar_cache)) == []
