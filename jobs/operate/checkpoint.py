@@ -41,7 +41,13 @@ from typing import Any
 
 from jobs.operate.checkpoint_validate import SIDES, _fmt, _offsets_conf, validate_checkpoint
 from jobs.storage import fs
-from jobs.storage.checkpoints import CheckpointError, read_log_file, source_offsets
+from jobs.storage.checkpoints import (
+    STATE_STORE_PROVIDER,
+    CheckpointError,
+    read_log_file,
+    source_offsets,
+    state_store_name,
+)
 
 log = logging.getLogger("joinshift.checkpoint")
 
@@ -167,7 +173,7 @@ def inspect_checkpoint(
 
     Keys: path, query_id, last_committed_batch, last_planned_batch, batch_watermark_ms,
     batch_timestamp_ms, committed_offsets {topic: {partition: offset}}, planned_offsets (if a batch
-    is in flight), shuffle_partitions, kafka {status, end_offsets, lag}, state {left, right, operators,
+    is in flight), shuffle_partitions, state_store, kafka {status, end_offsets, lag}, state {left, right, operators,
     measured} (needs ``spark``; skipped if None), health (validate_checkpoint).
     """
     cp = str(checkpoint_path)
@@ -186,7 +192,10 @@ def inspect_checkpoint(
             committed = source_offsets(entries)
             out["batch_watermark_ms"] = entries[0].get("batchWatermarkMs")
             out["batch_timestamp_ms"] = entries[0].get("batchTimestampMs")
-            out["shuffle_partitions"] = _offsets_conf(entries).get("spark.sql.shuffle.partitions")
+            conf = _offsets_conf(entries)
+            out["shuffle_partitions"] = conf.get("spark.sql.shuffle.partitions")
+            if conf.get(STATE_STORE_PROVIDER):
+                out["state_store"] = state_store_name(conf[STATE_STORE_PROVIDER])
         except CheckpointError as e:
             out["offsets_error"] = str(e)
     out["committed_offsets"] = {t: {str(p): o for p, o in sorted(ps.items())} for t, ps in committed.items()}
@@ -245,6 +254,8 @@ def render_inspection(info: dict[str, Any]) -> str:
     if info.get("batch_watermark_ms") is not None:
         wm = datetime.fromtimestamp(info["batch_watermark_ms"] / 1000, tz=UTC).isoformat()
         lines.append(f"  watermark             {wm}")
+    if info.get("state_store"):
+        lines.append(f"  state store           {info['state_store']} ({info.get('shuffle_partitions')} partitions)")
     kafka = info.get("kafka", {})
     lag = kafka.get("lag")
     lines.append("  offsets (committed -> Kafka end, lag):")

@@ -13,11 +13,14 @@ from typing import Any
 from jobs.spec import Engine
 from jobs.storage import fs
 from jobs.storage.checkpoints import (
+    STATE_STORE_PROVIDER,
+    STATE_STORE_PROVIDERS,
     CheckpointError,
     batch_ids,
     read_log_file,
     read_query_id,
     source_offsets,
+    state_store_name,
 )
 
 SIDES = ("left", "right")
@@ -305,4 +308,14 @@ def _check_spec(h: CheckpointHealth, spec: Any, entries: list[Any], conf: dict[s
             "warning",
             f"the checkpoint's state has {n} partitions; the spec says streaming.shuffle_partitions="
             f"{spec.streaming.shuffle_partitions}, which Spark ignores while this checkpoint is used.",
+        )
+    provider = conf.get(STATE_STORE_PROVIDER)
+    if provider and provider != STATE_STORE_PROVIDERS[spec.streaming.state_store]:
+        kept = state_store_name(provider)
+        h.add(
+            "state_store_fixed",
+            "warning",
+            f"the checkpoint's state is in the {kept} store; the spec says streaming.state_store="
+            f"{spec.streaming.state_store.value}, which Spark ignores while this checkpoint is used (joinshift "
+            "replay rebuilds the window in a fresh one).",
         )

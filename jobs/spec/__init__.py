@@ -33,7 +33,7 @@ from jobs.spec.model import (
     validate_model,
     write_spec,
 )
-from jobs.spec.streaming import Engine, HealthSpec, PacedOptions, StreamingOptions
+from jobs.spec.streaming import Engine, HealthSpec, PacedOptions, StateStore, StreamingOptions
 
 __all__ = [
     "DEFAULT_SPEC",
@@ -54,6 +54,7 @@ __all__ = [
     "JoinType",
     "SpecError",
     "PacedOptions",
+    "StateStore",
     "StreamSpec",
     "StreamingOptions",
     "TimestampValidity",

@@ -41,7 +41,7 @@ from jobs.settings import PROJECT_ROOT
 from jobs.spec.avro import READ_FILES, SPEC_DIR
 from jobs.spec.duration import Duration, format_duration, require_positive
 from jobs.spec.source import BatchTable, SourceFormat
-from jobs.spec.streaming import Engine, HealthSpec, StreamingOptions
+from jobs.spec.streaming import Engine, HealthSpec, StateStore, StreamingOptions
 
 #: Column types a stream schema may use, mapped to Spark SQL type names.
 SCHEMA_TYPES = {
@@ -383,6 +383,11 @@ class JoinSpec(_Strict):
         if self.join.predicate is not None:
             raise ValueError(
                 "streaming.engine paced does not apply join.predicate yet: remove it, or use engine native"
+            )
+        if self.streaming.state_store != StateStore.rocksdb:
+            raise ValueError(
+                "streaming.engine paced keeps its state in RocksDB (Spark's transformWithState): remove "
+                "streaming.state_store, or use engine native"
             )
         for side in ("left", "right"):
             fmt = self.side(side).format

@@ -274,6 +274,14 @@ RULES: list[tuple[str, str, str]] = [
         "but the change has no effect; it only applies with a fresh checkpoint and replay.",
     ),
     (
+        "streaming.state_store",
+        REUSE_WARN,
+        "{field} is fixed by the checkpoint: Spark restores the state store (spark.sql.streaming.stateStore."
+        "providerClass) from the checkpoint's offset log, ignoring the new value, and one store cannot read "
+        "the other's files. Reusing is safe, but the change has no effect; it only applies with a fresh "
+        "checkpoint and replay.",
+    ),
+    (
         "timezone",
         REUSE_WARN,
         "{field} changes how arrival times map to ds partitions (Hive-style, midnight in this zone). Reusable "

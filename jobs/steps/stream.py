@@ -41,7 +41,15 @@ from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
 from jobs.storage import aligned_source, delta_io, fs, kafka
-from jobs.storage.checkpoints import PACED_LAYOUT_RECORD, SPEC_RECORD, CheckpointError, batch_ids, checkpoint_query_id
+from jobs.storage.checkpoints import (
+    PACED_LAYOUT_RECORD,
+    SPEC_RECORD,
+    STATE_STORE_PROVIDER,
+    STATE_STORE_PROVIDERS,
+    CheckpointError,
+    batch_ids,
+    checkpoint_query_id,
+)
 from jobs.storage.hold import current_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
@@ -254,9 +262,13 @@ def start_streaming_join(
         joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
-    # the state's partitions, the spec's whatever the user's conf: a query copies the session's conf
-    # as it starts, so the process's own (its batch jobs') is back right after
-    with conf_for(spark, {"spark.sql.shuffle.partitions": str(spec.streaming.shuffle_partitions)}):
+    # the state's partitions and store, the spec's whatever the user's conf: a query copies the
+    # session's conf as it starts, so the process's own (its batch jobs') is back right after
+    state_conf = {
+        "spark.sql.shuffle.partitions": str(spec.streaming.shuffle_partitions),
+        STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[spec.streaming.state_store],
+    }
+    with conf_for(spark, state_conf):
         queries = [
             _with_trigger(
                 joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))

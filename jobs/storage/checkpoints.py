@@ -18,6 +18,7 @@ import json
 import re
 from typing import Any
 
+from jobs.spec.streaming import StateStore
 from jobs.storage import fs
 
 BATCH_FILE = re.compile(r"^\d+$")
@@ -25,6 +26,18 @@ BATCH_FILE = re.compile(r"^\d+$")
 SPEC_RECORD = "joinshift_spec.json"
 #: The paced operator's state layout a checkpoint holds (a number; absent before layout 3).
 PACED_LAYOUT_RECORD = "joinshift_paced_layout"
+#: The state store a query runs with; its offset log records it, and Spark restores it from there.
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+#: The spec's ``streaming.state_store`` -> Spark's provider class (the heap's is Spark's default).
+STATE_STORE_PROVIDERS = {
+    StateStore.rocksdb: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    StateStore.memory: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+
+def state_store_name(provider: str) -> str:
+    """``rocksdb`` or ``memory`` for a provider class an offset log records; any other class as it is."""
+    return next((k.value for k, v in STATE_STORE_PROVIDERS.items() if v == provider), provider)
 
 
 class CheckpointError(RuntimeError):

@@ -26,7 +26,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from jobs.settings import Settings, settings
+from jobs.spec.streaming import StateStore
 from jobs.storage import fs
+from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
 
 log = logging.getLogger("joinshift.spark")
 
@@ -39,9 +41,7 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     # Paper §6.1: the join window is state; RocksDB keeps it off the JVM heap and
     # changelog checkpointing makes each micro-batch's commit small.
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    ),
+    STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[StateStore.rocksdb],
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "true",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",

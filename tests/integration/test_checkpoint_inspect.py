@@ -189,6 +189,8 @@ def test_inspect_with_the_broker_down_says_lag_unknown(run):
     assert info["kafka"]["status"] == "unreachable" and info["kafka"]["lag"] == "unknown"
     assert info["last_committed_batch"] >= 0 and info["committed_offsets"]
     assert "lag                   unknown" in ckpt.render_inspection(info)
+    assert info["state_store"] == "rocksdb"  # the spec's default, as the offset log records it
+    assert "state store           rocksdb (2 partitions)" in ckpt.render_inspection(info)
 
 
 def test_healthy_checkpoint_validates_and_a_foreign_one_does_not(run):

@@ -176,3 +176,48 @@ def _assert_logs_its_own_batches_only(spec, s) -> int:
     assert topics <= {spec.left.topic, spec.right.topic}, (spec.pipeline, topics)
     assert {p["name"] for p in progress} <= {f"{spec.pipeline}.stream_join"}
     return len(progress)
+
+
+def test_the_heap_state_store_carries_the_window_across_micro_batches(
+    spark, kafka, demo_spec, own_pipeline_spec, test_settings
+):
+    """``streaming.state_store: memory`` (Spark's HDFS-backed store, on the JVM heap): micro-batches
+    of two records each, so every pair meets across batches through the state; the checkpoint keeps
+    that store, and a spec that asks for RocksDB on it is told Spark keeps the checkpoint's."""
+    from jobs.operate.checkpoint_validate import validate_checkpoint
+    from jobs.spec import StateStore
+    from jobs.storage.progress import JOIN_QUERY
+    from jobs.storage.tables import Tables
+
+    memory = {"max_offsets_per_trigger": 2, "state_store": StateStore.memory}
+    spec = own_pipeline_spec(
+        "semantics_heap_store",
+        side={"watermark_delay": demo_spec.timestamp_validity.max_past},
+        streaming=demo_spec.streaming.model_copy(update=memory),
+    )
+    publish(
+        kafka,
+        spec,
+        [
+            left("L1", "s1", at(20, "10:00"), at(20, "10:00", 5)),
+            right("Rb", "s1", at(20, "10:10"), at(20, "10:12")),
+            right("Ra", "s1", at(20, "09:50"), at(20, "10:20")),
+            right("Rc", "s1", at(20, "10:25"), at(20, "10:26")),
+            right("Rx", "s1", at(20, "10:45"), at(20, "10:46")),  # L1 + 45m: past the window's +30m
+            left("L2", "s2", at(20, "11:00"), at(20, "11:00", 5)),
+            right("Rd", "s2", at(20, "10:59"), at(20, "11:30")),
+            right("Rf", "s4", at(20, "12:55"), at(20, "12:56")),  # in state before its left event
+            left("L4", "s4", at(20, "13:00"), at(20, "13:20")),
+        ],
+    )
+    stream = run_stream(spark, spec, kafka, test_settings)
+    assert stream == {("L1", "Ra"), ("L1", "Rb"), ("L1", "Rc"), ("L2", "Rd"), ("L4", "Rf")}
+    checkpoint = Tables.of(spec, test_settings).checkpoint(JOIN_QUERY)
+    health = validate_checkpoint(checkpoint, spec=spec)
+    assert health.ok and not health.errors and "state_store_fixed" not in health.codes(), health.render()
+    assert health.last_committed_batch >= 3  # two records a batch: the pairs met through the state
+    on_rocksdb = spec.streaming.model_copy(update={"state_store": StateStore.rocksdb})
+    rocksdb = spec.model_copy(update={"streaming": on_rocksdb})
+    warned = validate_checkpoint(checkpoint, spec=rocksdb)
+    assert warned.ok and "state_store_fixed" in warned.codes()
+    assert any("memory store" in i.message and "state_store=rocksdb" in i.message for i in warned.issues)

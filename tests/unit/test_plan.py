@@ -91,6 +91,12 @@ CASES = {
         REUSE_WARN,
         REUSE,
     ),
+    "streaming.state_store": (
+        _set("streaming", "state_store", "memory"),
+        "streaming.state_store",
+        REUSE_WARN,
+        REUSE,
+    ),
     "streaming.engine": (_set("streaming", "engine", "paced"), "streaming.engine", NEEDS_FRESH, FRESH),
     "streaming.paced": (
         _set("streaming", "paced", "per_key_cap", 100),
@@ -250,6 +256,23 @@ def test_cli_invalid_spec_names_the_file_and_the_field(base_data, tmp_path, caps
     missing = str(tmp_path / "nope.yaml")
     assert main(["--deployed", missing, "--proposed", deployed]) == EXIT_INVALID
     assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_the_heap_state_store_is_the_native_engines_only(base_data):
+    """The paced engine's state is transformWithState's, which Spark keeps in RocksDB only: a spec
+    asking for both is refused when read, naming the field and what to do."""
+    from jobs.spec import SpecError, StateStore
+
+    data = copy.deepcopy(base_data)
+    data["streaming"]["state_store"] = "memory"
+    assert parse_spec(data).streaming.state_store == StateStore.memory
+    data["streaming"]["engine"] = "paced"
+    with pytest.raises(SpecError, match=r"paced keeps its state in RocksDB.*streaming.state_store"):
+        parse_spec(data)
+    data["streaming"]["state_store"] = "disk"
+    data["streaming"]["engine"] = "native"
+    with pytest.raises(SpecError, match=r"state_store"):
+        parse_spec(data)
 
 
 def test_loaded_spec_files_compare_like_parsed_ones(demo_spec):
