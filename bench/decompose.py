@@ -31,7 +31,8 @@ the micro-batches, from Spark's progress, is recorded beside it).
 The issue's goals, as ratios of those rates (:func:`goals`): pass-through >= 0.7x Spark's raw
 Kafka read, the streaming join >= 0.8x pass-through, the streaming join >= 0.2x the broker's
 ceiling. A JSON result and a plot (rates, and a waterfall of microseconds per record added by
-each stage) go to ``--out``.
+each stage) go to ``--out``. ``--state-store memory`` runs every stateful stage on the JVM heap's
+store instead of RocksDB (the spec's ``streaming.state_store``).
 
     python -m bench.decompose [--left-events 300000] [--max-offsets 50000] [--min-seconds 20]
 """
@@ -279,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-offsets", type=int, default=50_000, help="maxOffsetsPerTrigger per topic, every stage")
     p.add_argument("--min-seconds", type=float, default=20.0, help="each stage runs until it has run this long")
     p.add_argument("--stage", action="append", choices=[*STAGES, *OTHERS], help="stages to run (default all)")
+    p.add_argument(
+        "--state-store",
+        choices=["rocksdb", "memory"],
+        default="rocksdb",
+        help="the stateful stages' state store (the spec's streaming.state_store)",
+    )
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-decompose"), help="scratch folder (wiped)")
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results"), help="decompose.json and .png here")
     args = p.parse_args(argv)
@@ -291,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.local.chaos import publish_workload
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.local.kafka_setup import BrokerJvm
+    from jobs.spec import StateStore
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
+    from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
     from jobs.storage.kafka import end_offsets, read_stream
     from jobs.storage.spark import get_spark
 
@@ -305,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     base = default_spec()
+    store = StateStore(args.state_store)
 
     def bench_spec(name: str):
         """The product's spec on topics of its own, every stage batched alike."""
@@ -313,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                 "pipeline": name,
                 "left": base.left.model_copy(update={"topic": f"{name}_left"}),
                 "right": base.right.model_copy(update={"topic": f"{name}_right"}),
-                "streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": args.max_offsets}),
+                "streaming": base.streaming.model_copy(
+                    update={"max_offsets_per_trigger": args.max_offsets, "state_store": store}
+                ),
             }
         )
 
@@ -334,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         assert sum(topic_records.values()) == n_records, (topic_records, n_records)
         print(f"published {n_records:,} records in {publish_s:.1f}s ({topic_records}), warm-up {n_warm:,}", flush=True)
 
-        spark = get_spark("joinshift-bench-decompose", s)
+        # the stages built here (de-duplication, join) take the session's store; the product's takes the spec's
+        spark = get_spark("joinshift-bench-decompose", s, {STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[store]})
         spark.conf.set("spark.sql.shuffle.partitions", str(base.streaming.shuffle_partitions))
 
         def raw(spec, side: str):
@@ -463,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = {k: v["events_per_s"] for k, v in stages.items()}
     result = {
         "command": command,
+        "state_store": store.value,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {
             "cpus": os.cpu_count(),

@@ -30,11 +30,7 @@ from jobs.settings import PROJECT_ROOT
 
 VARIANTS: dict[str, dict[str, str]] = {
     "product": {},
-    "hdfs-state": {
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-        )
-    },
+    "hdfs-state": {},  # the spec's streaming.state_store: memory (STATE_STORES), which the stream sets itself
     "no-aqe": {"spark.sql.adaptive.enabled": "false"},
     "delta-snapshot-50": {"spark.databricks.delta.snapshotPartitions": "50"},
     "join-state-v3": {"spark.sql.streaming.join.stateFormatVersion": "3"},
@@ -44,6 +40,8 @@ VARIANTS: dict[str, dict[str, str]] = {
         )
     },
 }
+#: Variants that change the spec's state store rather than a setting (the stream takes the spec's).
+STATE_STORES = {"hdfs-state": "memory"}
 STEPS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
 
@@ -56,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from jobs.local.kafka_broker import EmbeddedKafka
+    from jobs.spec import StateStore
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
     from jobs.storage.kafka import create_topic
@@ -99,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                 sink_s.clear()
                 rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{i}_{name}_{run}"))
                 t0 = time.monotonic()
+                store = {"state_store": StateStore(STATE_STORES.get(name, "rocksdb"))}
+                run_spec = spec.model_copy(update={"streaming": spec.streaming.model_copy(update=store)})
                 (q,) = start_streaming_join(
-                    spark, spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False
+                    spark, run_spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False
                 )
                 q.awaitTermination()
                 wall = time.monotonic() - t0
