@@ -57,6 +57,7 @@ from typing import Any
 
 from bench.scratch import default_spec, scratch_settings
 from jobs.settings import PROJECT_ROOT
+from jobs.spec.streaming import StateStore
 
 #: The cumulative stages, cheapest first: each adds one piece of the streaming join.
 STAGES = ("broker", "kafka_source", "parse", "dedup", "join", "join_delta")
@@ -282,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stage", action="append", choices=[*STAGES, *OTHERS], help="stages to run (default all)")
     p.add_argument(
         "--state-store",
-        choices=["rocksdb", "memory"],
-        default="rocksdb",
+        choices=[x.value for x in StateStore],
+        default=StateStore.rocksdb.value,
         help="the stateful stages' state store (the spec's streaming.state_store)",
     )
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-decompose"), help="scratch folder (wiped)")
@@ -298,7 +299,6 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.local.chaos import publish_workload
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.local.kafka_setup import BrokerJvm
-    from jobs.spec import StateStore
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
     from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
