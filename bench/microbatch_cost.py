@@ -94,12 +94,12 @@ def main(argv: list[str] | None = None) -> int:
                     spark.conf.unset(k)
                 else:
                     spark.conf.set(k, v)
+            store = {"state_store": StateStore(STATE_STORES.get(name, "rocksdb"))}
+            run_spec = spec.model_copy(update={"streaming": spec.streaming.model_copy(update=store)})
             for run in range(2):  # the first pays the warm-up of this configuration
                 sink_s.clear()
                 rs = dataclasses.replace(s, storage_root=str(root / "storage" / f"{i}_{name}_{run}"))
                 t0 = time.monotonic()
-                store = {"state_store": StateStore(STATE_STORES.get(name, "rocksdb"))}
-                run_spec = spec.model_copy(update={"streaming": spec.streaming.model_copy(update=store)})
                 (q,) = start_streaming_join(
                     spark, run_spec, bootstrap=bootstrap, s=rs, available_now=True, quarantine=False
                 )
