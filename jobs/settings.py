@@ -47,6 +47,9 @@ class Settings:
     log_dir: str = str(PROJECT_ROOT / "var" / "logs")
     #: Spark driver memory for local runs.
     spark_driver_memory: str = "4g"
+    #: More options for the Spark driver's JVM, after joinshift's own (its log configuration and
+    #: set-up's class archive), e.g. ``-XX:+HeapDumpOnOutOfMemoryError``.
+    spark_driver_java_options: str = ""
     #: Extra Spark conf, ``{key: value}`` (config file only). ``spark.hadoop.*`` keys configure the
     #: file system of a URI storage root, e.g. S3A's endpoint (README, "Storage on an object store").
     spark_conf: dict[str, str] = field(default_factory=dict)

@@ -166,9 +166,12 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
 
 def driver_java_options(s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True) -> str:
     """The driver JVM's options: the quiet log configuration, set-up's class archive (unless
-    ``use_archive`` is False), then ``extra``."""
+    ``use_archive`` is False), ``extra``, then the settings' ``spark_driver_java_options``."""
     archive = class_archive_options(s) if use_archive else []
-    return " ".join([f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *archive, *extra])
+    own = s.spark_driver_java_options.strip()
+    return " ".join(
+        [f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *archive, *extra, *([own] if own else [])]
+    )
 
 
 def class_archive(s: Settings) -> Path:

@@ -203,3 +203,25 @@ def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_j
 
     (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"")
     assert class_archive(s) != archive  # another jar set: another archive, never a stale one
+
+
+def test_the_settings_jvm_options_come_after_joinshifts_own_and_reach_child_processes(tmp_path, monkeypatch):
+    from jobs.settings import Settings, settings_env
+    from jobs.storage.spark import class_archive, session_conf
+
+    jars = tmp_path / "jars" / "spark"
+    jars.mkdir(parents=True)
+    for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_2.13-4.4.0.jar"):
+        (jars / name).write_bytes(b"")
+    s = Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"))
+    archive = class_archive(s)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"x")
+    mine = "-XX:TieredStopAtLevel=1 -XX:+HeapDumpOnOutOfMemoryError"
+    monkeypatch.setenv("JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS", mine)
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    s = dataclasses.replace(s, spark_driver_java_options=load_settings().spark_driver_java_options)
+    opts = session_conf(s)["spark.driver.extraJavaOptions"].split()
+    assert opts[0].startswith("-Dlog4j2.configurationFile=file:")  # the quiet logging and the archive stay
+    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off", *mine.split()]
+    assert settings_env(s)["JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS"] == mine  # a supervised stream gets them too
