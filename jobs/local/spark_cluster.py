@@ -49,6 +49,11 @@ class SparkCluster(LocalService):
     """A standalone master and ``workers`` workers (``cores`` each, ``memory`` for executors),
     started and stopped together; a context manager."""
 
+    #: The daemons' JVM options: they schedule and heartbeat and run no task, so their JIT stops
+    #: at C1; C2's compiles of their start-up code cost more CPU than they ever return (both up
+    #: in 5.6 s instead of 12-21 s, half the CPU: BENCHMARKS). Executors keep the JVM's default.
+    DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
+
     def __init__(
         self,
         root: str | Path,
@@ -144,6 +149,7 @@ class SparkCluster(LocalService):
             SPARK_CONF_DIR=str(self.root / "conf"),
             SPARK_LOCAL_IP="127.0.0.1",  # daemons and the executors they launch bind loopback only
             SPARK_DAEMON_MEMORY=self.daemon_memory,
+            SPARK_DAEMON_JAVA_OPTS=self.DAEMON_JAVA_OPTS,
             SPARK_WORKER_DIR=str(self.root / "work"),
         )
         return env

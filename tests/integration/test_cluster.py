@@ -62,6 +62,21 @@ def _replicas(partitions: dict) -> dict:
     return {p: {k: r[k] for k in ("replicas", "isr")} for p, r in partitions.items()}
 
 
+def _daemon_command_lines(spark_cluster) -> list[list[str]]:
+    """The command lines of the cluster's master and worker JVMs (found by the master's port)."""
+    import psutil
+
+    port = str(spark_cluster.port)
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if any(a.startswith("org.apache.spark.deploy.") for a in cmd) and any(
+            a == port or a.endswith(f":{port}") for a in cmd
+        ):
+            found.append(cmd)
+    return found
+
+
 def _start_clusters(stack: contextlib.ExitStack, root, s):
     """A Spark standalone cluster and a 3-node Kafka cluster, started side by side."""
     from jobs.local.kafka_cluster import KafkaCluster
@@ -79,6 +94,7 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
     spark, kafka, demo_spec, test_settings, test_root
 ):
     from jobs.local.chaos import isolated_spec, output_rows, wait_until
+    from jobs.local.spark_cluster import SparkCluster
     from jobs.operate.process import StreamProcess
     from jobs.spec import write_spec
     from jobs.steps.stream import stream_lag, stream_watermark
@@ -97,6 +113,9 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
     with contextlib.ExitStack() as stack:
         spark_cluster, kafka_cluster = _start_clusters(stack, root, test_settings)
         timings["clusters up"] = time.monotonic() - t0
+        daemons = _daemon_command_lines(spark_cluster)
+        assert len(daemons) == 3, daemons  # the master and both workers, each JVM with C1 alone
+        assert all(SparkCluster.DAEMON_JAVA_OPTS in cmd for cmd in daemons), daemons
         # the pipeline's whole view of the clusters: its settings, handed over as JOINSHIFT_* variables
         on_cluster = dataclasses.replace(
             test_settings,

@@ -316,6 +316,8 @@ def test_spark_is_a_master_and_two_workers_as_in_the_cluster_test(services):
         assert f"'{name}'" in " ".join(worker["healthcheck"]["test"])
     ui_ports = [p.split(":")[0] for name in ("spark-master", *SPARK_WORKERS) for p in services[name]["ports"]]
     assert len(set(ui_ports)) == len(ui_ports), "each Spark UI needs its own host port"
+    for name in ("spark-master", *SPARK_WORKERS):  # the daemons' JVM options, as the cluster test runs them
+        assert services[name]["environment"]["SPARK_DAEMON_JAVA_OPTS"] == SparkCluster.DAEMON_JAVA_OPTS
 
 
 # --- versions --------------------------------------------------------------------------------
