@@ -182,15 +182,22 @@ def test_a_connect_server_that_does_not_answer_is_one_line_at_once(tmp_path):
     )
 
 
-def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_jars(tmp_path):
+def _settings_with_jars(tmp_path):
+    """Settings under ``tmp_path`` whose jar cache holds (empty) connector jars."""
     from jobs.settings import Settings
-    from jobs.storage.spark import class_archive, session_conf
 
     jars = tmp_path / "jars" / "spark"
     jars.mkdir(parents=True)
     for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_2.13-4.4.0.jar"):
         (jars / name).write_bytes(b"")
-    s = Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"))
+    return Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"))
+
+
+def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_jars(tmp_path):
+    from jobs.storage.spark import class_archive, session_conf
+
+    jars = tmp_path / "jars" / "spark"
+    s = _settings_with_jars(tmp_path)
     archive = class_archive(s)
     assert archive.parent == tmp_path / "cds" and archive.suffix == ".jsa"
     assert "-XX:SharedArchiveFile" not in session_conf(s)["spark.driver.extraJavaOptions"]  # none yet: as before
@@ -206,14 +213,10 @@ def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_j
 
 
 def test_the_settings_jvm_options_come_after_joinshifts_own_and_reach_child_processes(tmp_path, monkeypatch):
-    from jobs.settings import Settings, settings_env
+    from jobs.settings import settings_env
     from jobs.storage.spark import class_archive, session_conf
 
-    jars = tmp_path / "jars" / "spark"
-    jars.mkdir(parents=True)
-    for name in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_2.13-4.4.0.jar"):
-        (jars / name).write_bytes(b"")
-    s = Settings(storage_root=str(tmp_path), log_dir=str(tmp_path), jar_cache=str(tmp_path / "jars"))
+    s = _settings_with_jars(tmp_path)
     archive = class_archive(s)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"x")
