@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.settings import Settings, settings
+from jobs.settings import Settings, SettingsError, settings
 from jobs.spec.streaming import StateStore
 from jobs.storage import fs
 from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
@@ -410,6 +410,7 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     from typing import IO
 
     from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:  # a JVM is up already (this process started it)
@@ -417,7 +418,17 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
     conf = SparkConf(loadDefaults=False)
     for k, v in options.items():
         conf.set(k, str(v))
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        # the JVM refused its options before it could say more than that it exited
+        raise SettingsError(
+            "the Spark driver's JVM exited as it started: check its options (spark_driver_java_options, "
+            f"spark_conf's spark.driver.*), spark_driver_memory ({options.get('spark.driver.memory', 'unset')}) "
+            "and JAVA_HOME"
+        ) from None
     proc = getattr(gateway, "proc", None)  # None when pyspark joined a JVM spark-submit started
     err = proc.stderr if proc is not None else None
 

@@ -69,6 +69,12 @@ def test_configuration_errors_are_one_line_in_a_fresh_process(tmp_path):
         assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = run({}, "batch", "--spec", str(tmp_path / "missing.yaml"), "--ds", "2026-11-20")
     assert res.returncode == 2 and "missing.yaml does not exist" in res.stderr and "Traceback" not in res.stderr
+    # a JVM option the JVM refuses: Spark's driver exits before it says why, and the line names where to look
+    empty = {"JOINSHIFT_STORAGE_ROOT": str(tmp_path / "empty"), "JOINSHIFT_LOG_DIR": str(tmp_path / "logs")}
+    res = run({**empty, "JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS": "-Xss1zz"}, "batch", "--ds", "2026-11-20")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().startswith("joinshift batch: the Spark driver's JVM exited as it started"), res.stderr
+    assert "spark_driver_java_options" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
 def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, kafka, cli_spec, capsys):
