@@ -22,6 +22,17 @@ KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
 SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
 
 
+def _supervised(test_settings, test_root, name: str):
+    """The supervised stream process's settings: a storage root of its own and, as a separate JVM
+    killed every few seconds, a small heap and C1 alone."""
+    return dataclasses.replace(
+        test_settings,
+        storage_root=str(test_root / name / "supervised"),
+        spark_driver_memory="1g",
+        spark_driver_java_options=SHORT_LIVED_JVM,
+    )
+
+
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, demo_spec, test_settings, test_root):
     """Short watermarks, so the run drops late rows: the output must equal a run with the same
     micro-batches, drops included, which a lost, repeated or re-cut batch would change. (With
@@ -53,13 +64,7 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, d
     assert len(expected) > 100
     assert dropped_as_late(ch, reference) > 0  # late rows really are dropped (and counted)
 
-    # the stream process is a separate JVM: a small heap for it, and C1 alone
-    run = dataclasses.replace(
-        test_settings,
-        storage_root=str(test_root / name / "supervised"),
-        spark_driver_memory="1g",
-        spark_driver_java_options=SHORT_LIVED_JVM,
-    )
+    run = _supervised(test_settings, test_root, name)
     spec_path = write_spec(ch, test_root / name / "chaos.yaml")
     res = chaos_run(
         ch,
@@ -121,12 +126,7 @@ def test_the_paced_engine_with_late_corrections_survives_sigkills(spark, kafka, 
     print(f"reference: {len(expected)} rows, {n_amended} of them corrections")
     assert n_amended > 0  # corrections happen, and must survive the kills
 
-    run = dataclasses.replace(
-        test_settings,
-        storage_root=str(test_root / name / "supervised"),
-        spark_driver_memory="1g",
-        spark_driver_java_options=SHORT_LIVED_JVM,
-    )
+    run = _supervised(test_settings, test_root, name)
     res = chaos_run(
         ch,
         write_spec(ch, test_root / name / "chaos.yaml"),
