@@ -43,6 +43,8 @@ os.environ.pop("JOINSHIFT_CONFIG", None)
 
 import logging  # noqa: E402
 
+from suite_order import DEMO_PIPELINE_MODULES, SCOPE_SECONDS, longest_first, recorded_seconds, scope_of, store_seconds  # noqa: E402
+
 from jobs.local.airflow_env import airflow_env, apply_airflow_env  # noqa: E402
 
 # Airflow's settings derived from AIRFLOW_HOME: a pytest-xdist worker inherits its controller's,
@@ -56,6 +58,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _store_durations(session.config, exitstatus)
     if exitstatus == 0 and not os.environ.get("JOINSHIFT_KEEP_TEST_DATA"):
         shutil.rmtree(TEST_ROOT, ignore_errors=True)
 
@@ -170,9 +173,12 @@ def own_pipeline_spec(demo_spec):
     return make
 
 
-#: The modules that read the demo pipeline (the ``demo_pipeline`` fixture): one pytest-xdist worker
-#: runs them all, so the pipeline is built once (~2 minutes). Checked at collection.
-DEMO_PIPELINE_MODULES = frozenset({"test_pipeline_e2e.py", "test_recommendation_verified.py", "test_ui_plugin.py"})
+def pytest_addoption(parser):
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"write each scope's seconds in this run to {SCOPE_SECONDS.name} (the suite's scheduling order)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -182,19 +188,41 @@ def pytest_collection_modifyitems(config, items):
         if "demo_pipeline" in getattr(item, "fixturenames", ()) and item.path.name not in DEMO_PIPELINE_MODULES
     }
     if unlisted:
-        raise pytest.UsageError(f"add {sorted(unlisted)} to DEMO_PIPELINE_MODULES in tests/conftest.py")
+        raise pytest.UsageError(f"add {sorted(unlisted)} to DEMO_PIPELINE_MODULES in tests/suite_order.py")
+    if hasattr(config, "workerinput"):
+        # a pytest-xdist worker: the controller hands out scopes in the order they are collected
+        tests_per_scope: dict[str, int] = {}
+        for item in items:
+            tests_per_scope[scope_of(item.nodeid)] = tests_per_scope.get(scope_of(item.nodeid), 0) + 1
+        rank = {scope: i for i, scope in enumerate(longest_first(tests_per_scope, recorded_seconds()))}
+        items.sort(key=lambda item: rank[scope_of(item.nodeid)])
+
+
+_scope_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    # each process counts its own; the controller (which sees every worker's reports) writes them
+    _scope_seconds[scope_of(report.nodeid)] = _scope_seconds.get(scope_of(report.nodeid), 0.0) + report.duration
+
+
+def _store_durations(config, exitstatus) -> None:
+    if not config.getoption("--store-durations") or hasattr(config, "workerinput") or exitstatus != 0:
+        return
+    store_seconds(_scope_seconds, ROOT)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``make test`` runs two pytest-xdist workers: a test module runs on one worker, so its module
-    fixtures are built once, and the demo pipeline's readers share one. (Not ``--dist loadgroup``:
-    with pytest 9.2 its groups are silently ignored, pytest-xdist issue 1386.)"""
+    fixtures are built once, and the demo pipeline's readers share one; the scopes are handed out
+    longest first, in the order the workers collected them (``SCOPE_SECONDS``). (Not ``--dist
+    loadgroup``: with pytest 9.2 its groups are silently ignored, pytest-xdist issue 1386.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "demo_pipeline" if Path(module).name in DEMO_PIPELINE_MODULES else module
+            return scope_of(nodeid)
 
+    config.option.loadscopereorder = False  # xdist's own order: the most tests first
     return ModuleScheduling(config, log)
