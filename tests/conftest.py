@@ -76,16 +76,25 @@ def test_settings():
     return settings()
 
 
+#: The test session's Spark: small data, so few partitions, and queries interpreted rather than
+#: compiled (Janino compiling whole-stage and expression code costs more than it saves on
+#: thousands of rows: 0.86x the CPU of three Spark-heavy modules, BENCHMARKS "The test suite on
+#: two workers"). The processes the tests start (CLI, supervised streams) keep the product's
+#: settings, code generation included.
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
 @pytest.fixture(scope="session")
 def spark(test_settings):
     """A small, fast local Spark with Delta, the Kafka connector and RocksDB state."""
     from jobs.storage.spark import get_spark
 
-    session = get_spark(
-        "joinshift-tests",
-        test_settings,
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
-    )
+    session = get_spark("joinshift-tests", test_settings, extra_conf=TEST_SPARK_CONF)
     yield session
     session.stop()
 
