@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -200,19 +201,17 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"add {sorted(unlisted)} to DEMO_PIPELINE_MODULES in tests/suite_order.py")
     if hasattr(config, "workerinput"):
         # a pytest-xdist worker: the controller hands out scopes in the order they are collected
-        tests_per_scope: dict[str, int] = {}
-        for item in items:
-            tests_per_scope[scope_of(item.nodeid)] = tests_per_scope.get(scope_of(item.nodeid), 0) + 1
+        tests_per_scope = Counter(scope_of(item.nodeid) for item in items)  # in collection order
         rank = {scope: i for i, scope in enumerate(longest_first(tests_per_scope, recorded_seconds()))}
         items.sort(key=lambda item: rank[scope_of(item.nodeid)])
 
 
-_scope_seconds: dict[str, float] = {}
+_scope_seconds: Counter[str] = Counter()
 
 
 def pytest_runtest_logreport(report):
     # each process counts its own; the controller (which sees every worker's reports) writes them
-    _scope_seconds[scope_of(report.nodeid)] = _scope_seconds.get(scope_of(report.nodeid), 0.0) + report.duration
+    _scope_seconds[scope_of(report.nodeid)] += report.duration
 
 
 def _store_durations(config, exitstatus) -> None:
