@@ -40,9 +40,10 @@ def test_a_finished_query_is_on_record_once_whoever_writes_first(spark, test_roo
     assert [p["batchId"] for p in read_progress(log_path)] == ran
     assert read_progress(log_path)[-1]["runId"] == str(q.runId)
 
-    # the listener delivers the same batches late, and a second settle comes: nothing twice
+    # the listener delivers the same batches late (Spark's own progress objects, as the event
+    # bus hands them over), and a second settle comes: nothing twice
     late = ProgressRecorder({name: log_path})
-    for p in q.recentProgress:
-        late.onQueryProgress(SimpleNamespace(progress=p))
+    for jprogress in q._jsq.recentProgress():
+        late.onQueryProgress(SimpleNamespace(progress=lambda jp=jprogress: jp))
     settle_log(log_path, q)
     assert [p["batchId"] for p in read_progress(log_path)] == ran
