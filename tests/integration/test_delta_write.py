@@ -74,3 +74,18 @@ def test_a_table_written_with_int96_timestamps_takes_int64_ones(spark, tmp_path)
     assert table.where("t >= timestamp_seconds(50) AND t < timestamp_seconds(86450)").count() == 100
     delta_io.replace_partitions(day("2026-11-19", 10), path, {"ds": ["2026-11-19"]})
     assert spark.read.format("delta").load(path).agg({"t": "min"}).first()[0].timestamp() == 10
+
+
+def test_table_exists_answers_from_the_file_system_or_from_spark(spark, tmp_path):
+    """No ``_delta_log`` folder: no table, without asking Spark (whose refusal is a costly Java
+    exception). A ``_delta_log`` folder with no commit in it is Spark's to judge: no table either."""
+    from jobs.storage import delta_io
+
+    path = tmp_path / "t"
+    assert not delta_io.table_exists(spark, str(path))
+    path.mkdir()
+    assert not delta_io.table_exists(spark, f"file://{path}")
+    (path / "_delta_log").mkdir()
+    assert not delta_io.table_exists(spark, str(path))
+    spark.range(3).write.format("delta").mode("append").save(str(path))
+    assert delta_io.table_exists(spark, str(path)) and delta_io.table_exists(spark, f"file://{path}")
