@@ -22,10 +22,9 @@ import json
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
-from bench.scratch import default_spec, scratch_settings
+from bench.scratch import default_spec, publish_one_day, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 VARIANTS: dict[str, dict[str, str]] = {
@@ -57,11 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.spec import StateStore
     from jobs.steps.stream import start_streaming_join
     from jobs.storage import delta_io
-    from jobs.storage.kafka import create_topic
     from jobs.storage.spark import get_spark
-    from jobs.workload.generator import generate
-    from jobs.workload.params import WorkloadParams
-    from jobs.workload.publisher import publish
 
     sink_s: list[float] = []
     append = delta_io.append_batch
@@ -82,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     try:
-        wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=1, start_date=date(2026, 11, 19)), spec)
-        for st in (spec.left, spec.right):
-            create_topic(bootstrap, st.topic)
-        publish(wl.records, bootstrap)
+        publish_one_day(spec, bootstrap, args.left_events)
         spark = get_spark("joinshift-bench-microbatch", s)
         defaults = {k: spark.conf.get(k, None) for conf in VARIANTS.values() for k in conf}
         for i, name in enumerate(args.variant or list(VARIANTS)):  # a variant may be named again: A/B/A/B

@@ -19,11 +19,10 @@ import os
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.scratch import default_spec, scratch_settings
+from bench.scratch import default_spec, publish_one_day, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 
@@ -47,12 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.steps.stream import start_streaming_join
-    from jobs.storage.kafka import create_topic
     from jobs.storage.progress import ProgressRecorder
     from jobs.storage.spark import get_spark
-    from jobs.workload.generator import generate
-    from jobs.workload.params import WorkloadParams
-    from jobs.workload.publisher import publish
 
     root = Path(args.root)
     s = scratch_settings(root)
@@ -60,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = EmbeddedKafka(s)
     bootstrap = broker.start()
     try:
-        wl = generate(WorkloadParams(left_events_per_day=args.left_events, days=1, start_date=date(2026, 11, 19)), spec)
-        for st in (spec.left, spec.right):
-            create_topic(bootstrap, st.topic)
-        publish(wl.records, bootstrap)
+        publish_one_day(spec, bootstrap, args.left_events)
         spark = get_spark("joinshift-bench-progress-listener", s)
         jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
         (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False)

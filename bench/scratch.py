@@ -37,3 +37,20 @@ def default_spec(max_offsets: int | None = None) -> Any:
     return base.model_copy(
         update={"streaming": base.streaming.model_copy(update={"max_offsets_per_trigger": max_offsets})}
     )
+
+
+def publish_one_day(spec: Any, bootstrap: str, left_events: int) -> Any:
+    """Generate one day (2026-11-19, ``left_events`` left events), create the spec's two topics
+    and publish the day's records; return the generated workload."""
+    from datetime import date
+
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
+
+    wl = generate(WorkloadParams(left_events_per_day=left_events, days=1, start_date=date(2026, 11, 19)), spec)
+    for st in (spec.left, spec.right):
+        create_topic(bootstrap, st.topic)
+    publish(wl.records, bootstrap)
+    return wl
