@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
+
 from bench.scratch import default_spec, publish_one_day, scratch_settings
 from jobs.settings import PROJECT_ROOT
 
 
-def _jvm_cpu_s(pid: int) -> float:
-    """The process's user + system CPU seconds, from /proc."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_s(proc: psutil.Process) -> float:
+    """The process's user + system CPU seconds."""
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         publish_one_day(spec, bootstrap, args.left_events)
         spark = get_spark("joinshift-bench-progress-listener", s)
-        jvm_pid = int(spark.sparkContext._jvm.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        jvm = psutil.Process(int(spark.sparkContext._jvm.ProcessHandle.current().pid()))  # type: ignore[union-attr]
         (q,) = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, available_now=True, quarantine=False)
         q.awaitTermination()
         events = [SimpleNamespace(progress=lambda jp=jp: jp) for jp in q._jsq.recentProgress()]
@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         per_event: dict[str, dict[str, list[float]]] = {w: {"wall": [], "py": [], "jvm": []} for w in ways}
         for _ in range(args.rounds):
             for way, handle in ways.items():
-                w0, p0, j0 = time.perf_counter(), time.process_time(), _jvm_cpu_s(jvm_pid)
+                w0, p0, j0 = time.perf_counter(), time.process_time(), _cpu_s(jvm)
                 for e in events:
                     handle(e)
                 n = len(events)
                 per_event[way]["wall"].append((time.perf_counter() - w0) / n)
                 per_event[way]["py"].append((time.process_time() - p0) / n)
-                per_event[way]["jvm"].append((_jvm_cpu_s(jvm_pid) - j0) / n)
+                per_event[way]["jvm"].append((_cpu_s(jvm) - j0) / n)
         spark.stop()
     finally:
         broker.stop()

@@ -39,9 +39,9 @@ def default_spec(max_offsets: int | None = None) -> Any:
     )
 
 
-def publish_one_day(spec: Any, bootstrap: str, left_events: int) -> Any:
+def publish_one_day(spec: Any, bootstrap: str, left_events: int) -> None:
     """Generate one day (2026-11-19, ``left_events`` left events), create the spec's two topics
-    and publish the day's records; return the generated workload."""
+    and publish the day's records."""
     from datetime import date
 
     from jobs.storage.kafka import create_topic
@@ -53,4 +53,3 @@ def publish_one_day(spec: Any, bootstrap: str, left_events: int) -> Any:
     for st in (spec.left, spec.right):
         create_topic(bootstrap, st.topic)
     publish(wl.records, bootstrap)
-    return wl
