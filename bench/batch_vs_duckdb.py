@@ -15,7 +15,7 @@ columns and the arrival time), and then, alternately:
   to a Parquet file with ``COPY``, and its rows counted.
 
 Spark's wall time is split into the product's checks of which days each side holds
-(``landed_days``), the join with its Delta write (``replace_partitions``) and the rest (the
+(``landed_sides``), the join with its Delta write (``replace_partitions``) and the rest (the
 inputs' schemas, the run's own bookkeeping); after the timed runs the join alone runs once more into
 Spark's ``noop`` sink. **Where the seconds go**, in the same parts for both engines
 (:mod:`bench.stages`): Spark's task CPU per stage, as reading and shuffling each side, the join
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
         setattr(module, name, wrapper)
 
-    timed(batch_step, "landed_days", "landed_days_s")  # which days each side holds (the day-edge rule)
+    timed(batch_step, "landed_sides", "landed_days_s")  # which days each side holds (the day-edge rule)
     timed(delta_io, "replace_partitions", "join_and_write_s")  # the join runs inside its Delta write
 
     def spark_run(spec, ds: date, tag: str) -> tuple[float, dict[str, int], dict[str, float] | None]:

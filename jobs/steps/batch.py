@@ -22,7 +22,6 @@ import logging
 from datetime import date
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from jobs.join.columns import col_name
 from jobs.join.conditions import join_events
@@ -57,8 +56,9 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
     (:class:`PartitionsNotLanded`, the day-edge rule); ds itself or an earlier day is missing input."""
     tables = Tables.of(spec, s)
     days = right_days(spec, variant, ds)
-    missing = missing_days(days, landed_days(spark, tables, "right"))
-    left_landed, early = ds in landed_days(spark, tables, "left"), [d for d in missing if d <= ds]
+    landed = landed_sides(spark, tables)
+    missing = missing_days(days, landed["right"])
+    left_landed, early = ds in landed["left"], [d for d in missing if d <= ds]
     if not left_landed or early:
         first = min([ds, *early])
         what = "left" if not early else ("right" if left_landed else "left and right")
@@ -90,20 +90,27 @@ def output_layout(spec: JoinSpec) -> dict[str, list[str]]:
 def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:
     """The days a side's batch input holds: its own table's (``batch_table``), or the partitions
     the landing job has completed (from the landing log)."""
-    own = batch_input.own_table_days(spark, tables, side)
-    if own is not None:
-        return own
-    if not delta_io.table_exists(spark, tables.landing_log):
-        return []
-    rows = (
-        spark.read.format("delta")
-        .load(tables.landing_log)
-        .where(F.col("side") == side)
-        .select("ds")
-        .distinct()
-        .collect()
-    )
-    return sorted(r.ds for r in rows)
+    return landed_sides(spark, tables, (side,))[side]
+
+
+def landed_sides(
+    spark: SparkSession, tables: Tables, sides: tuple[str, ...] = ("left", "right")
+) -> dict[str, list[date]]:
+    """:func:`landed_days` of several sides, the landing log read once: it holds a row per side and
+    ds, so its rows are collected as they are (one Spark job, where a distinct took three)."""
+    days: dict[str, list[date]] = {}
+    for side in sides:
+        own = batch_input.own_table_days(spark, tables, side)
+        if own is not None:
+            days[side] = own
+    logged = [side for side in sides if side not in days]
+    if logged:
+        rows = []
+        if delta_io.table_exists(spark, tables.landing_log):
+            rows = spark.read.format("delta").load(tables.landing_log).select("side", "ds").collect()
+        for side in logged:
+            days[side] = sorted({r.ds for r in rows if r.side == side})
+    return days
 
 
 def waiting_variants(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> dict[str, list[date]]:

@@ -56,3 +56,12 @@ def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its
         landed[ds] = sorted(r.event_id for r in rows.select("event_id").collect())
         assert result.records == result.landed == len(landed[ds])
     assert landed == {DAY: ["L1", "L3"], DAY + timedelta(days=1): ["L2", "L4"]}
+    # the days each side holds, from the landing log: left both days, right none yet
+    from jobs.steps.batch import landed_days, landed_sides
+
+    tables = Tables.of(spec, test_settings)
+    assert landed_sides(spark, tables) == {"left": [DAY, DAY + timedelta(days=1)], "right": []}
+    assert landed_days(spark, tables, "right") == [] and landed_days(spark, tables, "left") == [
+        DAY,
+        DAY + timedelta(days=1),
+    ]
