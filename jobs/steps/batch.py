@@ -97,7 +97,8 @@ def landed_sides(
     spark: SparkSession, tables: Tables, sides: tuple[str, ...] = ("left", "right")
 ) -> dict[str, list[date]]:
     """:func:`landed_days` of several sides, the landing log read once: it holds a row per side and
-    ds, so its rows are collected as they are (one Spark job, where a distinct took three)."""
+    ds, so its rows are collected as they are (a read takes two Spark jobs, where one side's
+    ``distinct`` took three)."""
     days: dict[str, list[date]] = {}
     for side in sides:
         own = batch_input.own_table_days(spark, tables, side)
