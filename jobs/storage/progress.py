@@ -53,9 +53,9 @@ def note_batch(query: str, batch_id: int, notes: dict[str, Any]) -> None:
         _NOTES.setdefault((query, batch_id), {}).update(notes)
 
 
-def _log_once(path: str, progress_json: str) -> None:
-    """Append one micro-batch's progress (Spark's JSON text of it) to the log, unless on record."""
-    progress = json.loads(progress_json)
+def _log_once(path: str, progress: dict[str, Any], progress_json: str) -> None:
+    """Append one micro-batch's progress (Spark's JSON text of it, and that text parsed) to the
+    log, unless on record."""
     run, batch = str(progress["runId"]), int(progress["batchId"])
     with _LOG_LOCK:
         if _LOGGED.get(run, -1) >= batch:
@@ -88,9 +88,10 @@ class ProgressRecorder:
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         progress_json = event.progress().json()
-        path = self._paths.get(json.loads(progress_json).get("name") or "")
+        progress = json.loads(progress_json)
+        path = self._paths.get(progress.get("name") or "")
         if path:
-            _log_once(path, progress_json)
+            _log_once(path, progress, progress_json)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass
@@ -186,7 +187,7 @@ def settle_log(path: str, query: Any) -> None:
             "the progress log %s misses batches %s to %s of %s", path, done + 1, recent[0]["batchId"] - 1, query.name
         )
     for p in recent:
-        _log_once(path, p.json)
+        _log_once(path, json.loads(p.json), p.json)
 
 
 def _end_offset(source: dict[str, Any]) -> dict[str, Any]:
