@@ -41,3 +41,23 @@ def cmdline(pid: int, settle_s: float = 2.0) -> str:
         if args or time.monotonic() >= deadline:
             return " ".join(args)
         time.sleep(0.01)
+
+
+def process_tag(pid: int) -> str:
+    """A name for a process that a later process with the same pid does not share: its pid and
+    its start time (in the kernel's clock ticks, as psutil reads it)."""
+    return f"{pid}-{round(psutil.Process(pid).create_time() * 100)}"
+
+
+def tag_alive(tag: str) -> bool | None:
+    """Whether the process :func:`process_tag` named ``tag`` still runs; None when ``tag`` is not
+    such a name (or the process cannot be inspected)."""
+    pid, sep, started = tag.partition("-")
+    if not (sep and pid.isdigit() and started.isdigit()):
+        return None
+    try:
+        return pid_alive(int(pid)) and process_tag(int(pid)) == tag
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return None

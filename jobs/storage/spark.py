@@ -29,6 +29,7 @@ from jobs.settings import Settings, SettingsError, settings
 from jobs.spec.streaming import StateStore
 from jobs.storage import fs
 from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
+from jobs.storage.scratch import driver_scratch, remove_own
 
 log = logging.getLogger("joinshift.spark")
 
@@ -330,7 +331,10 @@ def get_spark(
         return _connect(app_name, s, extra_conf)
     _python_for_workers(s.spark_master)
     builder = SparkSession.builder.appName(app_name)
-    for k, v in session_conf(s, extra_conf).items():
+    conf = session_conf(s, extra_conf)
+    conf.update(driver_scratch(s, conf))  # not /tmp: a killed driver's folders are removed by the next
+    atexit.register(remove_own, s)  # after _stop (atexit runs the last registered first)
+    for k, v in conf.items():
         builder = builder.config(k, v)
     _launch_quiet_gateway(builder._options)
     spark = builder.getOrCreate()
