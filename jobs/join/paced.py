@@ -131,17 +131,22 @@ def step(
     left_pt: int | None,
     right_pt: int | None,
 ) -> Output:
-    """Take one micro-batch's events of a key (possibly none: a timer), emit what is decided."""
+    """Take one micro-batch's events of a key (possibly none: a timer), emit what is decided.
+
+    Most steps are a timer's, with no events, and most parts below then have nothing to do: each
+    is skipped when what it works on is empty (the same answers; the paced model's operator runs
+    take 0.8x the CPU, BENCHMARKS "The paced operator's timer steps")."""
     out = Output()
-    lefts = _unseen(state, new_lefts, "l", rules, out)
-    rights = _unseen(state, new_rights, "r", rules, out)
+    lefts = _unseen(state, new_lefts, "l", rules, out) if new_lefts else []
+    rights = _unseen(state, new_rights, "r", rules, out) if new_rights else []
     forget_before = rules.left_pt_bound(right_pt)
 
     used = _amend(state, rules, rights, right_pt, out)
-    state.rights = sorted([*state.rights, *rights], key=lambda e: e.arrival_order)
+    if rights:  # state.rights is kept in arrival order: every other change only filters it
+        state.rights = sorted([*state.rights, *rights], key=_arrival_order)
     if rules.one_to_one:  # each open left event takes the first-arrived buffered match at once
         waiting = []
-        for left in [*state.lefts, *sorted(lefts, key=lambda e: e.arrival_order)]:
+        for left in [*state.lefts, *sorted(lefts, key=_arrival_order)]:
             match = _first_match(left, state.rights, rules)
             if match is not None:
                 out.pairs.append((left.row, match.row))
@@ -151,9 +156,13 @@ def step(
     else:
         state.lefts.extend(lefts)
 
-    late = {id(e) for e in lefts if right_pt is not None and e.t + rules.upper <= right_pt}
-    _close(state, rules, out, lambda e: right_pt is not None and e.t + rules.upper <= right_pt)
-    out.count("left_late_closed", sum(1 for e in lefts if id(e) in late and e not in state.lefts))
+    if right_pt is not None:  # a window closes once the right PT passes its end
+        closes_by = right_pt - rules.upper
+        late = {id(e) for e in lefts if e.t <= closes_by}
+        if state.lefts:
+            _close(state, rules, out, lambda e: e.t <= closes_by)
+        if late:  # new events read after their window closed, now closed (1-to-1: matched at once, too)
+            out.count("left_late_closed", sum(1 for e in lefts if id(e) in late and e not in state.lefts))
 
     if rules.per_key_cap is not None:
         cap = rules.per_key_cap
@@ -168,14 +177,21 @@ def step(
             out.count("right_cap_evicted", len(evicted))
 
     horizon = _eviction_horizon(state, rules, left_pt if left_pt is not None else forget_before)
-    if horizon is not None:
-        fresh = {id(e) for e in rights}
+    if horizon is not None and state.rights:
         kept = [e for e in state.rights if e.t >= horizon]
-        out.count("right_late_dropped", sum(1 for e in state.rights if e.t < horizon and id(e) in fresh - used))
-        state.rights = kept
+        if len(kept) < len(state.rights):
+            fresh = {id(e) for e in rights} - used
+            dropped = sum(1 for e in state.rights if e.t < horizon and id(e) in fresh)
+            if dropped:
+                out.count("right_late_dropped", dropped)
+            state.rights = kept
     _forget(state, left_pt)
     out.counts = {k: v for k, v in out.counts.items() if v}
     return out
+
+
+def _arrival_order(e: Event) -> tuple[int, int, int]:
+    return (e.arrival, e.partition, e.offset)
 
 
 def _forget(state: KeyState, left_pt: int | None) -> None:
@@ -187,9 +203,14 @@ def _forget(state: KeyState, left_pt: int | None) -> None:
     have jumped past them (a backlog, a long replay slice) while a re-sent copy arrives in it."""
     if left_pt is None:
         return
+    past = [k for k, until in state.seen.items() if until < left_pt]
+    if not past:
+        return
     held = {("l", e.id) for e in state.lefts} | {("r", e.id) for e in state.rights}
     held |= {("l", a.left.id) for a in state.amendable}
-    state.seen = {k: until for k, until in state.seen.items() if until >= left_pt or k in held}
+    for k in past:
+        if k not in held:
+            del state.seen[k]
 
 
 def next_timer(state: KeyState, rules: Rules) -> int | None:
@@ -199,18 +220,22 @@ def next_timer(state: KeyState, rules: Rules) -> int | None:
     synchronized a window's upper bound behind the right one, can have passed it)."""
     # +1: at exactly that right PT the bound reaches the event itself, which stays (a timer fired
     # once is gone: due then must be past it)
-    due = [e.t + rules.upper for e in state.lefts]
-    due += [e.t - rules.lower + rules.upper + rules.max_drift + 1 for e in state.rights]
-    due += [until + rules.upper + 1 for until in state.seen.values()]
-    if rules.horizon is not None:
-        due += [a.left.t + rules.upper + rules.horizon for a in state.amendable]
+    due = []
+    if state.lefts:
+        due.append(min(e.t for e in state.lefts) + rules.upper)
+    if state.rights:
+        due.append(min(e.t for e in state.rights) - rules.lower + rules.upper + rules.max_drift + 1)
+    if state.seen:
+        due.append(min(state.seen.values()) + rules.upper + 1)
+    if rules.horizon is not None and state.amendable:
+        due.append(min(a.left.t for a in state.amendable) + rules.upper + rules.horizon)
     return min(due) if due else None
 
 
 def _amend(state: KeyState, rules: Rules, rights: list[Event], right_pt: int | None, out: Output) -> set[int]:
     """Corrections: the new right events (in arrival order) that fall in the window of a left event
     emitted as a non-match; those past the horizon are let go. Returns the ids of the right events used."""
-    if rules.horizon is None:
+    if rules.horizon is None or not state.amendable:
         return set()
     horizon = rules.horizon
     state.amendable = [a for a in state.amendable if right_pt is None or right_pt < a.left.t + rules.upper + horizon]

@@ -57,6 +57,13 @@ def test_a_left_event_read_after_its_window_closed_takes_what_is_buffered_and_cl
     assert [e.id for e in s.lefts] == ["L_open"]
 
 
+def test_a_one_to_one_left_event_read_after_its_window_closed_is_counted_late_when_matched_at_once_too():
+    s, r = KeyState(), rules(one_to_one=True)
+    step(s, r, [], [ev("R", 99)], 80, 100)
+    out = step(s, r, [ev("L_late", 95)], [], 80, 100)  # nothing stays open: the count must not go with it
+    assert pairs(out) == [("L_late", "R")] and s.lefts == [] and out.counts == {"left_late_closed": 1}
+
+
 def test_a_right_event_is_kept_while_a_left_event_can_match_it_and_dropped_on_arrival_when_none_can():
     s, r = KeyState(), rules()
     step(s, r, [ev("L", 100)], [], 100, 101)
