@@ -190,6 +190,7 @@ def chaos_run(
         return input_drained(spec, s, proc, bootstrap, stall_after_s)
 
     recover_s: list[float] = []
+    killed: list[int] = []
     bounced = False
     t0 = time.monotonic()
     sup = threading.Thread(target=run_supervisor, name="supervisor", daemon=True)
@@ -208,6 +209,8 @@ def chaos_run(
             t_kill = time.monotonic()
             proc.kill(signal.SIGKILL)
             done_kills += 1
+            if victim is not None:
+                killed.append(victim)
             if not wait_until(lambda victim=victim, v0=v0, l0=l0: recovered(victim, v0, l0), step_timeout_s):
                 raise TimeoutError(f"no recovery within {step_timeout_s}s after kill {done_kills}")
             grew = delta_version(out_path) > v0
@@ -257,6 +260,7 @@ def chaos_run(
     report = result.get("report")
     return {
         "kills": done_kills,
+        "killed_pids": killed,
         "restarts": len(report.restarts) - 1 if report else None,  # the first entry is the initial start
         "restart_reasons": [r["reason"].split(":")[0] for r in report.restarts] if report else [],
         "broker_bounced": bounced,

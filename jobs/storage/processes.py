@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+from pathlib import Path
 
 import psutil
 
@@ -61,3 +64,14 @@ def tag_alive(tag: str) -> bool | None:
         return False
     except psutil.AccessDenied:
         return None
+
+
+def pid_namespace() -> str:
+    """Where pids mean the same processes: this boot of this kernel and its PID namespace (a
+    container has its own). Elsewhere (no ``/proc``) the host's name."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        ns = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return socket.gethostname()
+    return f"{boot}-{ns.removeprefix('pid:[').removesuffix(']')}"

@@ -1,13 +1,15 @@
 """A driver's scratch folder: Spark's local dirs (the block manager's files, the state stores'
 RocksDB working copies, the jars a local driver copies for its executor) and the JVM's temporary
-files (native libraries it unpacks), one folder per process under
-``Settings.local_path("scratch")``, named by the process's pid and start time.
+files (native libraries it unpacks), one folder per process, named by its pid and start time,
+under ``<temp dir>/joinshift-scratch/<pid namespace>/`` (the system's temp dir, ``TMPDIR``, as
+Spark's own default; one folder per boot and PID namespace, so a container or a machine sharing the
+temp dir never judges another's pids).
 
 Spark deletes its local dirs from a JVM shutdown hook, which a SIGKILL skips: the kernel's OOM
 killer, a container killed, the supervisor's stop (SIGTERM to the stream's process group, then
-SIGKILL for a JVM that outlives its Python parent, mid-hook). Each such death left its folders in
-``/tmp``: 58-85 MB for the test suite's small streams (~35 MB of them jar copies) and the whole
-working copy of a large state, once per restart. So a driver removes the scratch folders of
+SIGKILL for a JVM that outlives its Python parent, mid-hook). Each such death left its folders
+loose in ``/tmp``: 58-85 MB for the test suite's small streams (~35 MB of them jar copies) and the
+whole working copy of a large state, once per restart. So a driver removes the scratch folders of
 processes that are gone before it starts, and its own when its process exits.
 
 A ``spark.local.dir`` in ``spark_conf`` (or ``SPARK_LOCAL_DIRS``, which Spark prefers) is the
@@ -19,10 +21,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
-from jobs.settings import Settings
-from jobs.storage.processes import process_tag, tag_alive
+from jobs.storage.processes import pid_namespace, process_tag, tag_alive
 
 log = logging.getLogger("joinshift.scratch")
 
@@ -31,19 +33,20 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _TMPDIR = "-Djava.io.tmpdir="
 
 
-def scratch_root(s: Settings) -> Path:
-    return s.local_path("scratch")
+def scratch_root() -> Path:
+    """The scratch folders of this PID namespace's drivers."""
+    return Path(tempfile.gettempdir()) / "joinshift-scratch" / pid_namespace()
 
 
-def scratch_dir(s: Settings) -> Path:
+def scratch_dir(root: Path | None = None) -> Path:
     """This process's scratch folder (not created here)."""
-    return scratch_root(s) / process_tag(os.getpid())
+    return (root or scratch_root()) / process_tag(os.getpid())
 
 
-def sweep(s: Settings) -> list[Path]:
+def sweep(root: Path | None = None) -> list[Path]:
     """Remove the scratch folders of processes that are gone; the folders removed. A folder whose
     name is not a process tag is not ours to judge, and is left."""
-    root = scratch_root(s)
+    root = root or scratch_root()
     if not root.is_dir():
         return []
     gone = [d for d in root.iterdir() if d.is_dir() and tag_alive(d.name) is False]
@@ -54,12 +57,12 @@ def sweep(s: Settings) -> list[Path]:
     return gone
 
 
-def driver_scratch(s: Settings, conf: dict[str, str]) -> dict[str, str]:
+def driver_scratch(conf: dict[str, str], root: Path | None = None) -> dict[str, str]:
     """The settings that put a driver's local dirs and temporary files in this process's scratch
     folder (created here), after :func:`sweep`; what ``conf`` (the driver's settings so far)
     already decides is kept."""
-    sweep(s)
-    own = scratch_dir(s)
+    sweep(root)
+    own = scratch_dir(root)
     own.mkdir(parents=True, exist_ok=True)
     out: dict[str, str] = {}
     if LOCAL_DIR not in conf:
@@ -70,9 +73,9 @@ def driver_scratch(s: Settings, conf: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def remove_own(s: Settings) -> None:
+def remove_own(root: Path | None = None) -> None:
     """Remove this process's scratch folder (at exit, once its driver has stopped)."""
-    shutil.rmtree(scratch_dir(s), ignore_errors=True)
+    shutil.rmtree(scratch_dir(root), ignore_errors=True)
 
 
 __all__ = ["driver_scratch", "remove_own", "scratch_dir", "scratch_root", "sweep"]

@@ -332,8 +332,8 @@ def get_spark(
     _python_for_workers(s.spark_master)
     builder = SparkSession.builder.appName(app_name)
     conf = session_conf(s, extra_conf)
-    conf.update(driver_scratch(s, conf))  # not /tmp: a killed driver's folders are removed by the next
-    atexit.register(remove_own, s)  # after _stop (atexit runs the last registered first)
+    conf.update(driver_scratch(conf))  # a killed driver's folders are removed by the next one
+    atexit.register(remove_own)  # after _stop (atexit runs the last registered first)
     for k, v in conf.items():
         builder = builder.config(k, v)
     _launch_quiet_gateway(builder._options)

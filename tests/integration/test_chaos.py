@@ -33,14 +33,15 @@ def _supervised(test_settings, test_root, name: str):
     )
 
 
-def _killed_left_no_scratch(run) -> None:
+def _killed_left_no_scratch(res) -> None:
     """A SIGKILL skips Spark's clean-up of its local dirs (its state's working copy, the jars it
-    copies, ~85 MB here): each restarted driver removes its killed predecessors' folders. What
-    may stay is the last process's, stopped by SIGTERM, which no driver has started after."""
+    copies, ~85 MB here): the next driver to start removes a killed one's scratch folder."""
+    from jobs.storage.processes import tag_alive
     from jobs.storage.scratch import scratch_root
 
-    left = sorted(p.name for p in scratch_root(run).iterdir())
-    assert len(left) <= 1, f"scratch folders of killed stream processes were left: {left}"
+    killed = {str(pid) for pid in res["killed_pids"]}
+    left = sorted(p.name for p in scratch_root().iterdir() if p.name.split("-")[0] in killed and not tag_alive(p.name))
+    assert len(killed) == res["kills"] and not left, f"scratch folders of killed stream processes were left: {left}"
 
 
 def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, demo_spec, test_settings, test_root):
@@ -101,7 +102,7 @@ def test_sigkills_and_a_broker_bounce_neither_lose_nor_duplicate(spark, kafka, d
     assert res["kills"] >= min(KILLS, 3), "the input drained before the chaos was done: make the workload bigger"
     assert res["restarts"] >= res["kills"], res["restart_reasons"]
     assert all(r.startswith(("exited", "stalled", "not running")) for r in res["restart_reasons"])
-    _killed_left_no_scratch(run)
+    _killed_left_no_scratch(res)
 
     # health samples: JSON lines by the supervisor, copied idempotently into Delta
     assert health_log(ch, run).exists()
@@ -153,4 +154,4 @@ def test_the_paced_engine_with_late_corrections_survives_sigkills(spark, kafka, 
     assert len(got) == len(set(got)), "duplicated output rows"
     assert got == expected, f"{len(set(expected) - set(got))} rows lost, {len(set(got) - set(expected))} extra"
     assert res["kills"] == 2 and res["restarts"] >= 2, res["restart_reasons"]
-    _killed_left_no_scratch(run)
+    _killed_left_no_scratch(res)

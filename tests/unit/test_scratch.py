@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 
-from jobs.settings import Settings
-from jobs.storage.processes import process_tag, tag_alive
+from jobs.storage.processes import pid_namespace, process_tag, tag_alive
 from jobs.storage.scratch import driver_scratch, scratch_dir, scratch_root, sweep
 
 
@@ -28,25 +27,29 @@ def test_a_tag_names_one_process_and_not_a_later_one_with_its_pid():
     assert tag_alive("not-ours") is None and tag_alive("123") is None
 
 
+def test_the_scratch_root_is_the_temp_dirs_and_this_pid_namespaces(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    assert scratch_root() == tmp_path / "joinshift-scratch" / pid_namespace()
+    assert pid_namespace() == pid_namespace() and scratch_dir().parent == scratch_root()
+
+
 def test_the_next_driver_removes_the_folders_of_processes_that_are_gone(tmp_path):
-    s = Settings(storage_root=str(tmp_path))
-    root = scratch_root(s)
-    dead = root / _dead_tag()
+    dead = tmp_path / _dead_tag()
     (dead / "spark-1" / "StateStoreId(opId=0,partId=0,name=default)").mkdir(parents=True)
     (dead / "liblz4-java.so").write_bytes(b"x")
-    other = root / "kept-by-someone"
+    other = tmp_path / "kept-by-someone"
     other.mkdir()
-    conf = driver_scratch(s, {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/x"})
-    own = scratch_dir(s)
+    conf = driver_scratch({"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/x"}, tmp_path)
+    own = scratch_dir(tmp_path)
     assert not dead.exists() and other.is_dir() and own.is_dir()
     assert conf == {
         "spark.local.dir": str(own),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:/x -Djava.io.tmpdir={own}",
     }
-    assert sweep(s) == []  # this process lives: its folder stays
+    assert sweep(tmp_path) == []  # this process lives: its folder stays
 
 
 def test_a_users_local_dir_and_tmpdir_are_kept(tmp_path):
-    s = Settings(storage_root=str(tmp_path))
     conf = {"spark.local.dir": "/fast/disk", "spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/fast/tmp"}
-    assert driver_scratch(s, conf) == {}
+    assert driver_scratch(conf, tmp_path) == {}
