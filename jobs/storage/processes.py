@@ -46,10 +46,21 @@ def cmdline(pid: int, settle_s: float = 2.0) -> str:
         time.sleep(0.01)
 
 
+_PROC = Path("/proc/self/stat").exists()
+
+
 def process_tag(pid: int) -> str:
     """A name for a process that a later process with the same pid does not share: its pid and
-    its start time (in the kernel's clock ticks, as psutil reads it)."""
-    return f"{pid}-{round(psutil.Process(pid).create_time() * 100)}"
+    its start time, in clock ticks since boot as the kernel keeps it (``/proc/<pid>/stat``), not
+    psutil's wall-clock time, which moves when the clock is set and would rename a live process.
+    Without ``/proc``, psutil's."""
+    if not _PROC:
+        return f"{pid}-{round(psutil.Process(pid).create_time() * 100)}"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        raise psutil.NoSuchProcess(pid) from None
+    return f"{pid}-{stat[stat.rindex(')') + 2 :].split()[19]}"
 
 
 def tag_alive(tag: str) -> bool | None:
