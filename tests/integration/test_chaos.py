@@ -35,7 +35,7 @@ def _supervised(test_settings, test_root, name: str):
 
 def _killed_left_no_scratch(res) -> None:
     """A SIGKILL skips Spark's clean-up of its local dirs (its state's working copy, the jars it
-    copies, ~85 MB here): the next driver to start removes a killed one's scratch folder."""
+    copies, 58-85 MB here): the next driver to start removes a killed one's scratch folder."""
     from jobs.storage.processes import tag_alive
     from jobs.storage.scratch import scratch_root
 
