@@ -135,11 +135,10 @@ def step(
 
     Most steps are a timer's, with no events, and most parts below then have nothing to do: each
     is skipped when what it works on is empty (the same answers; the paced model's operator runs
-    take 0.8x the CPU, BENCHMARKS "The paced operator's timer steps")."""
+    take 0.7-0.8x the CPU, BENCHMARKS "The paced operator's timer steps")."""
     out = Output()
     lefts = _unseen(state, new_lefts, "l", rules, out) if new_lefts else []
     rights = _unseen(state, new_rights, "r", rules, out) if new_rights else []
-    forget_before = rules.left_pt_bound(right_pt)
 
     used = _amend(state, rules, rights, right_pt, out)
     if rights:  # state.rights is kept in arrival order: every other change only filters it
@@ -176,8 +175,9 @@ def step(
             state.rights = [e for e in state.rights if id(e) not in evicted]
             out.count("right_cap_evicted", len(evicted))
 
-    horizon = _eviction_horizon(state, rules, left_pt if left_pt is not None else forget_before)
-    if horizon is not None and state.rights:
+    eviction_pt = left_pt if left_pt is not None else rules.left_pt_bound(right_pt)
+    horizon = _eviction_horizon(state, rules, eviction_pt) if state.rights else None  # nothing to evict
+    if horizon is not None:
         kept = [e for e in state.rights if e.t >= horizon]
         if len(kept) < len(state.rights):
             fresh = {id(e) for e in rights} - used
