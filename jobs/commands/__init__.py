@@ -29,6 +29,7 @@ from jobs.commands.common import (
     _print_json,
     _service_action,
     _spark,
+    _stop_on_signals,
 )
 from jobs.commands.operate import (
     cmd_checkpoint,
@@ -170,7 +171,10 @@ def cmd_stream(args: argparse.Namespace) -> int:
     if args.available_now:
         print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
     else:
-        run_continuous(spark, spec, bootstrap=bootstrap, trigger_interval=args.trigger_interval)
+        stop = _stop_on_signals("stream", "stopping between micro-batches")
+        if run_continuous(spark, spec, bootstrap=bootstrap, trigger_interval=args.trigger_interval, stop=stop):
+            spark.stop()  # Spark's own clean-up (its local dirs, the state stores) before the exit
+            print("joinshift stream: stopped", file=sys.stderr)
     return 0
 
 

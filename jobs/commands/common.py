@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import signal
+import sys
+import threading
 from datetime import date, timedelta
 from typing import Any
 
@@ -72,3 +76,21 @@ def _service_action(service: Any, args: argparse.Namespace, error: type[Exceptio
     except error as e:
         raise UserError(str(e)) from None
     return 0
+
+
+def _stop_on_signals(command: str, doing: str) -> threading.Event:
+    """SIGTERM (the supervisor's stop, a plain ``kill``) or Ctrl-C sets the returned event,
+    so the command ends its work in order (``doing`` says how); the same signal again ends the
+    process at once."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        stop.set()
+        name = signal.Signals(signum).name
+        logging.getLogger("joinshift.cli").info("%s: %s on %s", command, doing, name)
+        print(f"joinshift {command}: {name}: {doing} ({name} again to stop at once)", file=sys.stderr, flush=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    return stop

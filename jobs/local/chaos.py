@@ -140,6 +140,7 @@ def chaos_run(
     seed: int,
     broker=None,
     broker_bounce_after: int | None = None,
+    stops_at: tuple[int, ...] = (),
     trigger_interval: str = "1 second",
     stall_after_s: float = 240,
     step_timeout_s: float = 360,
@@ -147,9 +148,11 @@ def chaos_run(
     backoff_s=(0.5, 1, 2, 4, 8),
     log=print,
 ) -> dict[str, Any]:
-    """Supervise the stream process of ``spec`` (settings ``s``) and SIGKILL it ``kills`` times;
-    bounce ``broker`` (stop, start: same port and data) after kill ``broker_bounce_after``; then
-    let it drain (lag 0 on both streams, no new micro-batch for a few seconds) and stop it."""
+    """Supervise the stream process of ``spec`` (settings ``s``) and SIGKILL it ``kills`` times
+    (the ones numbered in ``stops_at`` are the supervisor's stop instead: SIGTERM, the stream ends
+    between micro-batches, and the supervisor starts it again); bounce ``broker`` (stop, start:
+    same port and data) after kill ``broker_bounce_after``; then let it drain (lag 0 on both
+    streams, no new micro-batch for a few seconds) and stop it."""
     from jobs.operate.process import StreamProcess
     from jobs.operate.supervisor import supervise
     from jobs.storage.tables import Tables
@@ -191,6 +194,7 @@ def chaos_run(
 
     recover_s: list[float] = []
     killed: list[int] = []
+    stopped: list[str] = []
     bounced = False
     t0 = time.monotonic()
     sup = threading.Thread(target=run_supervisor, name="supervisor", daemon=True)
@@ -207,17 +211,22 @@ def chaos_run(
             time.sleep(rng.uniform(0, 1.5))
             victim, v0, l0 = proc.pid, delta_version(out_path), progress_lines(spec, s)
             t_kill = time.monotonic()
-            proc.kill(signal.SIGKILL)
             done_kills += 1
-            if victim is not None:
-                killed.append(victim)
+            if done_kills in stops_at:
+                stopped.append(proc.stop())
+                v0, l0 = delta_version(out_path), progress_lines(spec, s)  # its last batch's, written as it stopped
+            else:
+                proc.kill(signal.SIGKILL)
+                if victim is not None:
+                    killed.append(victim)
             if not wait_until(lambda victim=victim, v0=v0, l0=l0: recovered(victim, v0, l0), step_timeout_s):
                 raise TimeoutError(f"no recovery within {step_timeout_s}s after kill {done_kills}")
             grew = delta_version(out_path) > v0
             if grew:
                 recover_s.append(time.monotonic() - t_kill)
             log(
-                f"kill {done_kills}: pid {victim} SIGKILLed; new pid {proc.pid}; "
+                f"kill {done_kills}: pid {victim} {'stopped' if done_kills in stops_at else 'SIGKILLed'}; "
+                f"new pid {proc.pid}; "
                 + (f"output grew {recover_s[-1]:.1f}s after the kill" if grew else "nothing left to read")
             )
             if broker is not None and broker_bounce_after == done_kills and not bounced:
@@ -252,7 +261,7 @@ def chaos_run(
     finally:
         stop.set()
         sup.join(60)
-        proc.stop()
+        result["final_stop"] = proc.stop()
         if broker is not None and not broker.is_running():
             broker.start()
     if "error" in result:
@@ -261,6 +270,8 @@ def chaos_run(
     return {
         "kills": done_kills,
         "killed_pids": killed,
+        "stopped": stopped,
+        "final_stop": result.get("final_stop"),
         "restarts": len(report.restarts) - 1 if report else None,  # the first entry is the initial start
         "restart_reasons": [r["reason"].split(":")[0] for r in report.restarts] if report else [],
         "broker_bounced": bounced,

@@ -24,7 +24,7 @@ from typing import Any
 from jobs.settings import PROJECT_ROOT, Settings, settings, settings_env
 from jobs.spec import JoinSpec, load_spec
 from jobs.storage.hold import supervisor_dir
-from jobs.storage.processes import cmdline, pid_alive
+from jobs.storage.processes import cmdline, pid_alive, process_tree, wait_gone
 
 log = logging.getLogger("joinshift.supervisor")
 
@@ -53,8 +53,8 @@ def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None
         return None
     proc = StreamProcess(rec["cmd"][rec["cmd"].index("--spec") + 1], spec, s)
     proc.pid, proc.started_at = pid, rec.get("started_at")
-    proc.stop()
-    log.info("stopped stream process %s of %s", pid, spec.pipeline)
+    ended = proc.stop()
+    log.info("stream process %s of %s: %s", pid, spec.pipeline, ended)
     return pid
 
 
@@ -168,17 +168,28 @@ class StreamProcess:
             time.sleep(0.1)
         return not self.alive()
 
-    def stop(self, timeout: float = 20) -> None:
-        """SIGTERM, then SIGKILL if it does not exit in time; removes the pid file."""
-        if self.pid is not None and self.alive():
-            self.kill(signal.SIGTERM)
-            if not self._reap(timeout):
-                self.kill(signal.SIGKILL)
-            # the JVM may outlive its Python parent for a moment. Only here, right after the group
-            # was ours: a process found dead may have died long ago, and its pid (the group id)
-            # may be another process's now (pids wrap at 32,768 on this machine)
+    def stop(self, timeout: float = 20) -> str:
+        """SIGTERM to the stream process, which stops its queries between micro-batches, then Spark,
+        and exits, its JVM after it; SIGKILL to its process group for whatever is left after
+        ``timeout``. Removes the pid file. How it ended: "stopped", "killed" or "not running"."""
+        pid, ended = self.pid, "not running"  # this process, even if a supervisor starts the next meanwhile
+        if pid is not None and self.alive():
+            tree = process_tree(pid)  # it, its JVM and their Python workers, while they are ours
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGTERM)
+            ended = "stopped" if wait_gone(tree, timeout) else "killed"
+            # only here, right after the group was ours: a process found dead may have died long
+            # ago, and its pid (the group id) may be another process's now (pids wrap at 32,768)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            if ended == "killed":
+                wait_gone(tree, 5)
+            if self._proc is not None and self._proc.pid == pid:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(5)  # reaped: no zombie left
+            if ended == "killed":
+                log.warning("stream process %s did not stop within %ss of SIGTERM: killed", pid, timeout)
         with contextlib.suppress(FileNotFoundError):
-            if self._record().get("pid") == self.pid:
+            if self._record().get("pid") == pid:
                 self.pid_file.unlink()
+        return ended

@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -40,6 +41,7 @@ from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings
 from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
 from jobs.spec.plan import plan
+from jobs.steps.batch_gate import BatchGate
 from jobs.storage import aligned_source, delta_io, fs, kafka
 from jobs.storage.checkpoints import (
     PACED_LAYOUT_RECORD,
@@ -227,6 +229,7 @@ def start_streaming_join(
     on_batch: Callable[[int], None] | None = None,
     clock: Callable[[], datetime] | None = None,
     drain: bool = False,
+    gate: BatchGate | None = None,
 ) -> tuple[StreamingQuery, ...]:
     """Start the join query (and the quarantine query) from their checkpoints; return them.
 
@@ -274,7 +277,7 @@ def start_streaming_join(
                 joined.writeStream.queryName(query_name(spec.pipeline, JOIN_QUERY))
                 .outputMode("append")
                 .option("checkpointLocation", tables.checkpoint(JOIN_QUERY))
-                .foreachBatch(sink),
+                .foreachBatch(gate.wrap(query_name(spec.pipeline, JOIN_QUERY), sink) if gate else sink),
                 spec,
                 available_now,
                 trigger_interval,
@@ -283,7 +286,13 @@ def start_streaming_join(
     if quarantine:
         queries.append(
             start_quarantine(
-                spark, spec, bootstrap=bootstrap, s=s, available_now=available_now, trigger_interval=trigger_interval
+                spark,
+                spec,
+                bootstrap=bootstrap,
+                s=s,
+                available_now=available_now,
+                trigger_interval=trigger_interval,
+                gate=gate,
             )
         )
     log.info(
@@ -349,6 +358,7 @@ def start_quarantine(
     s: Settings | None = None,
     available_now: bool = False,
     trigger_interval: str | None = None,
+    gate: BatchGate | None = None,
 ) -> StreamingQuery:
     """The stream's bad records (both topics) to the quarantine table, keyed by Kafka position."""
     tables = Tables.of(spec, s)
@@ -366,11 +376,12 @@ def start_quarantine(
     def write_quarantine_batch(batch: DataFrame, batch_id: int) -> None:
         append(batch, batch_id)  # one action: a batch with no bad record commits nothing (BASE_CONF)
 
+    name = query_name(spec.pipeline, QUARANTINE_QUERY)
     w = (
-        bad.writeStream.queryName(query_name(spec.pipeline, QUARANTINE_QUERY))
+        bad.writeStream.queryName(name)
         .outputMode("append")
         .option("checkpointLocation", tables.checkpoint(QUARANTINE_QUERY))
-        .foreachBatch(write_quarantine_batch)
+        .foreachBatch(gate.wrap(name, write_quarantine_batch) if gate else write_quarantine_batch)
     )
     return _with_trigger(w, spec, available_now, trigger_interval).start()
 
@@ -449,8 +460,11 @@ def run_continuous(
     bootstrap: str,
     trigger_interval: str | None = None,
     s: Settings | None = None,
-) -> None:
-    """Run the join (and quarantine) queries until one ends; a failed query raises with its error.
+    stop: threading.Event | None = None,
+) -> bool:
+    """Run the join (and quarantine) queries until one ends, or until ``stop`` is set: then each
+    query ends between its micro-batches (:class:`BatchGate`); True if stopped so. A failed query
+    raises with its error.
 
     A start over records that waited longer than a live stream's micro-batches would cover marks
     the days it catches up on as ``backlog`` (their rate is an upper bound), else ``live``."""
@@ -462,8 +476,20 @@ def run_continuous(
     with stream_owner(spec, s, role="continuous"):
         if days:
             record_run(spec, days, kind, s=s)
-        queries = start_streaming_join(spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval)
-        spark.streams.awaitAnyTermination()
+        gate = BatchGate(stop) if stop is not None else None
+        queries = start_streaming_join(
+            spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval, gate=gate
+        )
+        if stop is None:
+            spark.streams.awaitAnyTermination()
+        else:
+            while not spark.streams.awaitAnyTermination(1) and not stop.is_set():
+                pass
+        stopped = gate is not None and gate.requested.is_set()
+        if gate is not None and stopped:
+            for q in queries:
+                gate.stop(q)
     for q in queries:
         if q.exception():
             raise RuntimeError(f"streaming query {q.name} failed: {q.exception()}")
+    return stopped

@@ -86,3 +86,32 @@ def pid_namespace() -> str:
     except OSError:
         return socket.gethostname()
     return f"{boot}-{ns.removeprefix('pid:[').removesuffix(']')}"
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process and its descendants as they are now (none when it is gone)."""
+    try:
+        proc = psutil.Process(pid)
+        return [proc, *proc.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float, step: float = 0.1) -> bool:
+    """Wait until every process of ``procs`` has exited (a zombie has); True if all did within
+    ``timeout``. psutil checks each one's start time, so a reused pid is not taken for it."""
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.AccessDenied:
+            return True
+
+    deadline = time.monotonic() + timeout
+    while any(running(p) for p in procs):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+    return True

@@ -6,8 +6,8 @@ Spark's own default; one folder per boot and PID namespace, so a container or a 
 temp dir never judges another's pids).
 
 Spark deletes its local dirs from a JVM shutdown hook, which a SIGKILL skips: the kernel's OOM
-killer, a container killed, the supervisor's stop (SIGTERM to the stream's process group, then
-SIGKILL for a JVM that outlives its Python parent, mid-hook). Each such death left its folders
+killer, a container killed, a stream process that did not stop within the supervisor's grace
+(SIGKILL to its process group). Each such death left its folders
 loose in ``/tmp``: 58-85 MB for the test suite's small streams (~35 MB of them jar copies) and the
 whole working copy of a large state, once per restart. So a driver removes the scratch folders of
 processes that are gone before it starts, and its own when its process exits.

@@ -200,7 +200,8 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
             lambda: _replicas(_asked(lambda: kafka_io.partition_replicas(bootstrap, topic), {})) == everywhere,
             STEP_TIMEOUT_S,
         ), f"node {victim} did not rejoin the in-sync replicas"
-        proc.stop()
+        # SIGTERM: the driver stops its query between micro-batches and its application, and exits
+        assert proc.stop() == "stopped", failure("the stream process did not stop on SIGTERM")
 
     got = output_rows(spark, spec, on_cluster)
     timings["done"] = time.monotonic() - t0

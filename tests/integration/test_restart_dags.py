@@ -91,6 +91,11 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     dr = dagbag.get_dag("joinshift_replay").test(run_conf={"spec": str(path), "cutover": CUTOVER})
     assert "success" in _state(dr)
     assert not pid_alive(first.pid), "the replay stops the supervised process"
+    # ... in order: SIGTERM, each query stopped between its micro-batches, Spark stopped, no error
+    since_start = first.log_file.read_text().rsplit("\n=== ", 1)[-1]
+    _, asked, after = since_start.partition("SIGTERM: stopping between micro-batches")
+    assert asked and "joinshift stream: stopped" in after, since_start[-3000:]
+    assert "ERROR" not in after and "Exception" not in after, after[:3000]
     assert current_hold(ps) is None, "the hold ends with the replay"
     cp = Path(Tables.of(ps).checkpoint("stream_join"))
     assert list(cp.parent.glob(f"{cp.name}.bak-*")), "the old checkpoint is kept"

@@ -136,3 +136,39 @@ def test_recommend_refuses_a_bad_trial_slice_in_one_line_before_starting_spark(v
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("joinshift recommend: --trial-slice") and "\n" not in err
+
+
+def test_a_signal_asks_a_command_to_stop_in_order_and_a_second_one_stops_it_at_once():
+    """``joinshift stream``'s SIGTERM (the supervisor's stop, a plain ``kill``) and Ctrl-C: the
+    first sets the stop request, which the command acts on; the same signal again ends it."""
+    import signal
+    import subprocess
+    import sys
+
+    from jobs.settings import PROJECT_ROOT
+
+    body = (
+        "import time\n"
+        "from jobs.commands.common import _stop_on_signals\n"
+        "stop = _stop_on_signals('stream', 'stopping between micro-batches')\n"
+        "print('waiting', flush=True)\n"
+        "print('asked' if stop.wait(60) else 'not asked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", body], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert proc.stdout.readline() == "waiting\n"
+            proc.send_signal(sig)
+            assert proc.stdout.readline() == "asked\n"
+            proc.send_signal(sig)
+            assert proc.wait(30) == -sig
+            name = signal.Signals(sig).name
+            assert proc.stderr.read() == (
+                f"joinshift stream: {name}: stopping between micro-batches ({name} again to stop at once)\n"
+            )
+        finally:
+            proc.kill()
+            proc.wait()

@@ -201,3 +201,61 @@ def test_a_process_caught_inside_its_exec_is_still_recognised(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+_PARENT_AND_CHILD = """
+import signal, subprocess, sys, time
+child = subprocess.Popen(["sleep", "60"])  # stands in for the stream's JVM, in its process group
+def on_term(*_):
+    if sys.argv[1] == "in-order":
+        child.terminate()
+        child.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stop_waits_for_the_whole_process_group_and_kills_what_outlasts_its_grace(tmp_path, demo_spec):
+    """The supervisor's stop sends SIGTERM to the stream process alone and waits for it and its
+    JVM; a JVM still running after the grace is SIGKILLed with its group."""
+    import dataclasses
+    import sys
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.processes import pid_alive
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "stopped"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+
+    for how, expected in (("in-order", "stopped"), ("leaves-its-child", "killed")):
+
+        class StandIn(StreamProcess):
+            def command(self, how=how):
+                return [sys.executable, "-c", _PARENT_AND_CHILD, how, *STREAM_COMMAND, "--spec", self.spec_path]
+
+        proc = StandIn(path, spec, s)
+        proc.start()
+        try:
+            child = int(proc.log_file.read_text().split()[-1]) if _wait_for_line(proc.log_file) else None
+            assert child and pid_alive(child)
+            assert proc.stop(timeout=3) == expected
+            assert not pid_alive(proc.pid) and not pid_alive(child)
+            assert not proc.pid_file.exists()
+        finally:
+            proc.kill()
+
+
+def _wait_for_line(path, timeout: float = 30) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and path.read_text().rstrip().split("\n")[-1].isdigit():
+            return True
+        time.sleep(0.05)
+    return False
