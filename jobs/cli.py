@@ -411,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as exc:
         message = str(exc) or type(exc).__name__
         code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError", "SettingsError") else 1
+    except KeyboardInterrupt:  # Ctrl-C: Spark's jobs are cancelled (pyspark's handler); no traceback
+        message, code = "interrupted", 130
     # a spec error names every bad field, one per line; anything else is one line
     text = f"joinshift {args.command}: {message}"
     print(text, file=sys.stderr)

@@ -172,3 +172,35 @@ def test_a_signal_asks_a_command_to_stop_in_order_and_a_second_one_stops_it_at_o
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in the middle of a long command (a big workload generated): one line, no traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from jobs.settings import PROJECT_ROOT
+
+    workload = tmp_path / "big.yaml"
+    workload.write_text("left_events_per_day: 3000000\ndays: 2\n")  # minutes of generating
+    body = (
+        "import sys\n"
+        "from jobs.cli import main\n"
+        "print('ready', flush=True)\n"
+        f"sys.exit(main(['generate', '--dry-run', '--workload', {str(workload)!r}]))\n"
+    )
+    env = {**os.environ, "JOINSHIFT_LOG_DIR": str(tmp_path / "logs")}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen([sys.executable, "-c", body], cwd=PROJECT_ROOT, env=env, **pipes)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(2)  # inside the command
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+        assert proc.stderr.read() == "joinshift generate: interrupted\n"
+    finally:
+        proc.kill()
+        proc.wait()
