@@ -87,7 +87,7 @@ def _stop_on_signals(command: str, doing: str) -> threading.Event:
     def on_signal(signum: int, _frame: Any) -> None:
         signal.signal(signum, signal.SIG_DFL)
         stop.set()
-        name = signal.Signals(signum).name
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         logging.getLogger("joinshift.cli").info("%s: %s on %s", command, doing, name)
         print(f"joinshift {command}: {name}: {doing} ({name} again to stop at once)", file=sys.stderr, flush=True)
 

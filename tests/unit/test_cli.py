@@ -165,7 +165,7 @@ def test_a_signal_asks_a_command_to_stop_in_order_and_a_second_one_stops_it_at_o
             assert proc.stdout.readline() == "asked\n"
             proc.send_signal(sig)
             assert proc.wait(30) == -sig
-            name = signal.Signals(sig).name
+            name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
             assert proc.stderr.read() == (
                 f"joinshift stream: {name}: stopping between micro-batches ({name} again to stop at once)\n"
             )
