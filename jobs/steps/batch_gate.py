@@ -1,8 +1,8 @@
 """A stop that ends a stream between its micro-batches, not inside one.
 
 ``StreamingQuery.stop()`` cancels the query's running Spark jobs and interrupts its thread. Called
-while a micro-batch writes, it aborts the Delta write (errors logged, on Spark 4.2 once a
-``StackOverflowError`` formatting them), and the next start redoes the batch. Under a backlog a
+while a micro-batch writes, it aborts the Delta write (errors logged; here, in both runs tried, a
+``StackOverflowError`` in the stream's thread after them), and the next start redoes the batch. Under a backlog a
 query is never between micro-batches, so waiting for a pause does not help either.
 
 So each query's ``foreachBatch`` function goes through a :class:`BatchGate`: once a stop is
