@@ -24,7 +24,7 @@ from typing import Any
 from jobs.settings import PROJECT_ROOT, Settings, settings, settings_env
 from jobs.spec import JoinSpec, load_spec
 from jobs.storage.hold import supervisor_dir
-from jobs.storage.processes import cmdline, pid_alive, process_tree, wait_gone
+from jobs.storage.processes import cmdline, describe, pid_alive, process_tree, wait_gone
 
 log = logging.getLogger("joinshift.supervisor")
 
@@ -177,7 +177,8 @@ class StreamProcess:
             tree = process_tree(pid)  # it, its JVM and their Python workers, while they are ours
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
-            ended = "stopped" if wait_gone(tree, timeout) else "killed"
+            left = describe(wait_gone(tree, timeout))  # named while they still run
+            ended = "killed" if left else "stopped"
             # only here, right after the group was ours: a process found dead may have died long
             # ago, and its pid (the group id) may be another process's now (pids wrap at 32,768)
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -188,7 +189,7 @@ class StreamProcess:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(5)  # reaped: no zombie left
             if ended == "killed":
-                log.warning("stream process %s did not stop within %ss of SIGTERM: killed", pid, timeout)
+                log.warning("stream process %s did not stop within %ss of SIGTERM; killed: %s", pid, timeout, left)
         with contextlib.suppress(FileNotFoundError):
             if self._record().get("pid") == pid:
                 self.pid_file.unlink()

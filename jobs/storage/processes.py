@@ -97,9 +97,9 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def wait_gone(procs: list[psutil.Process], timeout: float, step: float = 0.1) -> bool:
-    """Wait until every process of ``procs`` has exited (a zombie has); True if all did within
-    ``timeout``. psutil checks each one's start time, so a reused pid is not taken for it."""
+def still_running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` that have not exited (a zombie has). psutil checks each one's start
+    time, so a reused pid is not taken for it."""
 
     def running(p: psutil.Process) -> bool:
         try:
@@ -109,9 +109,23 @@ def wait_gone(procs: list[psutil.Process], timeout: float, step: float = 0.1) ->
         except psutil.AccessDenied:
             return True
 
+    return [p for p in procs if running(p)]
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float, step: float = 0.1) -> list[psutil.Process]:
+    """Wait until every process of ``procs`` has exited; those still running after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while any(running(p) for p in procs):
-        if time.monotonic() >= deadline:
-            return False
+    while (left := still_running(procs)) and time.monotonic() < deadline:
         time.sleep(step)
-    return True
+    return left
+
+
+def describe(procs: list[psutil.Process]) -> str:
+    """``name (pid)`` of each, for a message."""
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{' '.join(p.cmdline()[:3]) or p.name()} ({p.pid})")
+        except psutil.Error:
+            out.append(f"pid {p.pid}")
+    return ", ".join(out)

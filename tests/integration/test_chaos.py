@@ -161,5 +161,4 @@ def test_the_paced_engine_with_late_corrections_survives_sigkills(spark, kafka, 
     assert len(got) == len(set(got)), "duplicated output rows"
     assert got == expected, f"{len(set(expected) - set(got))} rows lost, {len(set(got) - set(expected))} extra"
     assert res["kills"] == 2 and res["restarts"] >= 2, res["restart_reasons"]
-    assert res["final_stop"] == "stopped", "the paced stream's stop ran into the SIGKILL"
     _killed_left_no_scratch(res)
