@@ -480,14 +480,14 @@ def run_continuous(
         queries = start_streaming_join(
             spark, spec, bootstrap=bootstrap, s=s, trigger_interval=trigger_interval, gate=gate
         )
-        if stop is None:
+        stopped = False
+        if gate is None:
             spark.streams.awaitAnyTermination()
         else:
-            while not spark.streams.awaitAnyTermination(1) and not stop.is_set():
+            while not spark.streams.awaitAnyTermination(1) and not gate.requested.is_set():
                 pass
-        stopped = gate is not None and gate.requested.is_set()
-        if gate is not None and stopped:
-            for q in queries:
+            stopped = gate.requested.is_set()
+            for q in queries if stopped else ():
                 gate.stop(q)
     for q in queries:
         if q.exception():

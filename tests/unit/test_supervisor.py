@@ -223,6 +223,7 @@ def test_a_stop_waits_for_the_whole_process_group_and_kills_what_outlasts_its_gr
     import dataclasses
     import sys
 
+    from jobs.local.chaos import wait_until
     from jobs.operate.process import STREAM_COMMAND, StreamProcess
     from jobs.settings import Settings
     from jobs.spec import write_spec
@@ -241,21 +242,11 @@ def test_a_stop_waits_for_the_whole_process_group_and_kills_what_outlasts_its_gr
         proc = StandIn(path, spec, s)
         proc.start()
         try:
-            child = int(proc.log_file.read_text().split()[-1]) if _wait_for_line(proc.log_file) else None
+            assert wait_until(lambda log=proc.log_file: log.read_text().rstrip().split("\n")[-1].isdigit(), 30)
+            child = int(proc.log_file.read_text().split()[-1])
             assert child and pid_alive(child)
             assert proc.stop(timeout=3) == expected
             assert not pid_alive(proc.pid) and not pid_alive(child)
             assert not proc.pid_file.exists()
         finally:
             proc.kill()
-
-
-def _wait_for_line(path, timeout: float = 30) -> bool:
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if path.exists() and path.read_text().rstrip().split("\n")[-1].isdigit():
-            return True
-        time.sleep(0.05)
-    return False
