@@ -13,8 +13,9 @@ from jobs.settings import PROJECT_ROOT, Settings, settings
 
 def scratch_settings(root: str | Path, **overrides: Any) -> Settings:
     """Wipe ``root``; settings whose broker home, logs and storage root are under it (no external
-    broker), with ``overrides`` on top."""
-    root = Path(root)
+    broker), with ``overrides`` on top. A relative ``root`` is taken from the current folder: the
+    embedded broker and Spark run in other folders."""
+    root = Path(root).resolve()
     shutil.rmtree(root, ignore_errors=True)
     return dataclasses.replace(
         settings(),
