@@ -183,3 +183,22 @@ def test_the_default_format_is_joinshifts_own():
     assert spec.right.format.arrival_field is None and spec.right.format.time_format == "iso"
     assert spec.unknown_fields.value == "keep"
     assert timedelta(hours=1) == spec.right.format.arrival_slack
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [{}, {"fields": {"event_id": "$.meta.id", "k": "user.keys[1]"}, "time_format": "epoch_ms", "arrival": "$.at"}],
+    ids=["top-level fields", "nested paths and an arrival field"],
+)
+def test_the_good_and_the_bad_records_read_each_json_value_once(spark, fmt):
+    """Spark moves a filter below the projection it tests and copies the projected expressions
+    into it: unguarded, the good-record filter parsed each value ~10 times (SPARK-47672)."""
+    from jobs.join.records import good_events, quarantine_rows
+
+    spec = spec_with(fmt)
+    raw = spark.createDataFrame([(b"k", b"{}", "t", 0, 0, RECORD_TS)], RAW_SCHEMA)
+    parsed = parse_records(raw, spec.right, spec)
+    for df in (good_events(parsed, spec.right), quarantine_rows(parsed, spec.right, "stream")):
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("from_json(") == 1, plan
+        assert plan.count("get_json_object(") == len(fmt.get("fields", {})) + ("arrival" in fmt), plan
