@@ -119,8 +119,12 @@ def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: 
     return pairs.select(*output_columns(spec))
 
 
-def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame:
+def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from=None) -> DataFrame:
     """Typed left/right event streams -> output rows (same columns as the batch variants).
+
+    ``left_from`` (a replay's cut-over): the left events that arrived before it are the old run's,
+    so none of their rows is written. They still pass the watermark and the de-duplication, as in
+    a live run, but stay out of the join: no state, no pairs to compute and throw away.
 
     Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
     """
@@ -130,6 +134,8 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec) -> DataFrame
         .withWatermark(lt, f"{spec.left.watermark_seconds} seconds")
         .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)])
     )
+    if left_from is not None:
+        lw = lw.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(left_from))
     rw = (
         prefixed(right, spec, "right")
         .withWatermark(rt, f"{spec.right.watermark_seconds} seconds")

@@ -13,7 +13,9 @@ run owns the output:
 * the replay holds the pipeline (:func:`jobs.supervisor.hold`): it stops the supervised stream
   process, and supervisors and scheduled increments keep off the checkpoint until it is done;
 * output is exactly once across the switch: left events that arrived before the cut-over belong
-  to the old run and are not written; rows from the cut-over on are written through an
+  to the old run and are not written (they pass the watermark and the de-duplication, so a
+  re-send after the cut-over is still dropped, but stay out of the join: no state, no pairs to
+  compute and throw away); rows from the cut-over on are written through an
   insert-only MERGE keyed by (left id, right id), so rows the old run already wrote are not
   written again and rows it never wrote are. Delta's streaming-sink idempotence (keyed by the
   query id, which a fresh checkpoint changes) would not protect this switch.

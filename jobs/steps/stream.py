@@ -262,7 +262,9 @@ def start_streaming_join(
             )
             for side in ("left", "right")
         }
-        joined = join_streams(good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec)
+        joined = join_streams(
+            good_events(parsed["left"], spec.left), good_events(parsed["right"], spec.right), spec, left_from=owned_from
+        )
     sink = JoinSink(spec, tables, owned_from=owned_from, on_batch=on_batch, clock=clock)
 
     # the state's partitions and store, the spec's whatever the user's conf: a query copies the

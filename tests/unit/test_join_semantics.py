@@ -12,9 +12,10 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from tiny_spec import tiny_spec
+from tiny_spec import tiny_spec, tiny_spec_data
 
 from jobs.join.conditions import join_events, join_streams
+from jobs.spec import parse_spec
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
 
@@ -118,7 +119,7 @@ def test_midnight_cutoff_1d_to_1d_misses_what_1d_to_2d_finds(spark):
 class _FileStreams:
     """Feeds the streaming core micro-batch by micro-batch through file sources."""
 
-    def __init__(self, spark, root, spec):
+    def __init__(self, spark, root, spec, left_from=None):
         self.spark, self.root = spark, root
         for side in ("left", "right"):
             (root / side).mkdir()
@@ -126,7 +127,7 @@ class _FileStreams:
         left = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(root / "left"))
         right = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(root / "right"))
         self.query = (
-            join_streams(left, right, spec)
+            join_streams(left, right, spec, left_from=left_from)
             .writeStream.format("memory")
             .queryName("tiny_stream_out")
             .outputMode("append")
@@ -171,8 +172,8 @@ class _FileStreams:
 def file_streams(spark, tmp_path):
     made = []
 
-    def make(spec):
-        fs = _FileStreams(spark, tmp_path, spec)
+    def make(spec, left_from=None):
+        fs = _FileStreams(spark, tmp_path, spec, left_from)
         made.append(fs)
         return fs
 
@@ -197,6 +198,23 @@ def test_stream_matches_emit_at_once_nulls_only_after_the_window_closed_and_late
     s.feed([], [("R_late", "c", "12:04:00", "12:32:00")])  # in L2's window but behind the watermark
     assert ("L2", "R_late") not in s.output()
     assert_pairs(s.table(), [("L1", "R1"), ("L2", None), ("L3", "R9"), ("L4", "R8")])
+
+
+def test_a_replay_joins_no_left_event_from_before_its_cut_over_but_still_de_duplicates_it(file_streams):
+    """A replay's left events that arrived before the cut-over are the old run's: no pair, no
+    non-match row, no state; their ids still drop a re-send arriving after the cut-over."""
+    data = tiny_spec_data()
+    data["left"]["watermark_delay"] = data["right"]["watermark_delay"] = "30m"  # the re-send is not late
+    s = file_streams(parse_spec(data), left_from=ts("12:00:00"))
+    s.feed(
+        [("L_old", "a", "11:58:00", "11:58:30"), ("L_new", "b", "12:00:30", "12:00:31")],
+        [("R_a", "a", "11:59:00", "11:59:10"), ("R_b", "b", "12:01:00", "12:01:05")],
+    )
+    assert_pairs(s.table(), [("L_new", "R_b")])  # L_old is in R_a's window, but the old run owns it
+    s.feed([("L_old", "a", "11:58:00", "12:02:00")], [("R_a2", "a", "11:59:30", "12:02:10")])  # its re-send
+    assert_pairs(s.table(), [("L_new", "R_b")])
+    s.feed([("L_z", "z", "14:00:00", "14:00:01")], [("R_z", "z", "14:00:00", "14:00:01")])  # windows close
+    assert_pairs(s.table(), [("L_new", "R_b"), ("L_z", "R_z")])  # no non-match row for L_old either
 
 
 def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
