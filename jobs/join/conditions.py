@@ -8,6 +8,8 @@ attribution all join with it, so a spec change reaches every one of them.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -119,7 +121,7 @@ def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: 
     return pairs.select(*output_columns(spec))
 
 
-def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from=None) -> DataFrame:
+def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from: datetime | None = None) -> DataFrame:
     """Typed left/right event streams -> output rows (same columns as the batch variants).
 
     ``left_from`` (a replay's cut-over): the left events that arrived before it are the old run's,

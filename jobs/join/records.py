@@ -115,7 +115,7 @@ def _once(col: Column) -> Column:
     return F.when(F.spark_partition_id() >= 0, col)
 
 
-def _json_paths(fmt: SourceFormat, columns) -> dict[str, str]:
+def _json_paths(fmt: SourceFormat, columns: list[str]) -> dict[str, str]:
     """The columns read by a nested JSON path (a top-level key comes from the parsed map)."""
     return {c: fmt.path(c) for c in columns if top_field(fmt.path(c)) != fmt.path(c)[2:]}
 
