@@ -117,16 +117,15 @@ def _once(col: Column) -> Column:
 
 def _json_paths(fmt: SourceFormat, columns: list[str]) -> dict[str, str]:
     """The columns read by a nested JSON path (a top-level key comes from the parsed map)."""
-    return {c: fmt.path(c) for c in columns if top_field(fmt.path(c)) != fmt.path(c)[2:]}
+    return {c: p for c in columns if top_field(p := fmt.path(c)) != p[2:]}
 
 
-def _field(fmt: SourceFormat, column: str) -> Column:
-    """A column's raw text: a top-level key from the parsed map, a nested path's from its own
-    column (``_path_<column>``)."""
-    path = fmt.path(column)
-    if top_field(path) == path[2:]:
-        return F.col("_fields").getItem(path[2:])
-    return F.col(f"_path_{column}")
+def _field(fmt: SourceFormat, column: str, nested: dict[str, str]) -> Column:
+    """A column's raw text: a nested path's from its own column (``_path_<column>``), a top-level
+    key from the parsed map."""
+    if column in nested:
+        return F.col(f"_path_{column}")
+    return F.col("_fields").getItem(fmt.path(column)[2:])
 
 
 def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tuple[str, ...] = ()) -> DataFrame:
@@ -169,7 +168,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
         *[_once(F.get_json_object("_json", p)).alias(f"_path_{c}") for c, p in paths.items()],
         *([_once(F.get_json_object("_json", fmt.arrival_field)).alias("_arrival_raw")] if fmt.arrival_field else []),
     )
-    raw_of = {c: _field(fmt, c) for c in read}
+    raw_of = {c: _field(fmt, c, paths) for c in read}
     typed = {c: _typed(raw_of[c], t, fmt) for c, t in schema.items() if c in raw_of}
     if made_id:  # no id in the data: a hash of the chosen fields' text (a missing field hashes as \0)
         parts = [F.coalesce(raw_of[c], F.lit("\u0000")) for c in fmt.id_from]

@@ -138,7 +138,7 @@ class JoinSink:
         rows = self._stamped(rows)
         if self.amends:  # a correction is stamped with when it was made
             rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
-        if self.owned_from is not None:
+        if self.owned_from is not None:  # the paced engine's guard; the native join leaves them out already
             rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
         several = self.merge or self.amends  # more than one action on the rows: computed once
         if several:
