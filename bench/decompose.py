@@ -287,9 +287,19 @@ def main(argv: list[str] | None = None) -> int:
         default=StateStore.rocksdb.value,
         help="the stateful stages' state store (the spec's streaming.state_store)",
     )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark SQL conf on the session of every Spark stage, e.g. spark.sql.streaming.join.stateFormatVersion=3",
+    )
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-decompose"), help="scratch folder (wiped)")
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results"), help="decompose.json and .png here")
     args = p.parse_args(argv)
+    if bad := [c for c in args.conf if "=" not in c.strip("=")]:
+        p.error(f"--conf {bad[0]!r}: give KEY=VALUE")
+    conf = dict(c.split("=", 1) for c in args.conf)
     command = shlex.join(["python", "-m", "bench.decompose", *(sys.argv[1:] if argv is None else argv)])
     wanted = args.stage or [*STAGES, *OTHERS]
 
@@ -349,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         # the stages built here (de-duplication, join) take the session's store; the product's takes the spec's
         spark = get_spark("joinshift-bench-decompose", s, {STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[store]})
         spark.conf.set("spark.sql.shuffle.partitions", str(base.streaming.shuffle_partitions))
+        for key, value in conf.items():
+            spark.conf.set(key, value)
 
         def raw(spec, side: str):
             return read_stream(spark, bootstrap, spec.side(side).topic, spec.streaming.max_offsets_per_trigger)
@@ -477,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": command,
         "state_store": store.value,
+        "conf": conf,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {
             "cpus": os.cpu_count(),
