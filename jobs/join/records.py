@@ -77,6 +77,8 @@ QUARANTINE_COLUMNS = (
 
 def arrival_ds(ts: Column, timezone: str) -> Column:
     """The Hive partition a record lands in: its arrival date in the spec's zone."""
+    if timezone == "UTC":
+        return F.to_date(ts)  # the session's zone is UTC: no conversion a record (java.time objects)
     return F.to_date(F.from_utc_timestamp(ts, timezone))
 
 
@@ -120,12 +122,9 @@ def _json_paths(fmt: SourceFormat, columns: list[str]) -> dict[str, str]:
     return {c: p for c in columns if top_field(p := fmt.path(c)) != p[2:]}
 
 
-def _field(fmt: SourceFormat, column: str, nested: dict[str, str]) -> Column:
-    """A column's raw text: a nested path's from its own column (``_path_<column>``), a top-level
-    key from the parsed map."""
-    if column in nested:
-        return F.col(f"_path_{column}")
-    return F.col("_fields").getItem(fmt.path(column)[2:])
+def _text(column: str) -> str:
+    """The column holding a schema column's raw text, read from the JSON once a record."""
+    return f"_text_{column}"
 
 
 def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tuple[str, ...] = ()) -> DataFrame:
@@ -161,21 +160,25 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     made_id = bool(fmt.id_from)
     read = [c for c in schema if not (made_id and c == stream.id)]
     paths = _json_paths(fmt, read)
-    # the JSON is read once a record: the map of its top-level fields, each nested path, the arrival
+    # the JSON is read once a record: the map of its top-level fields, each nested path, the arrival;
+    # then each top-level column's text from the map once (a lookup scans the map's keys)
     df = df.select(
         "*",
         _once(F.from_json("_json", "map<string,string>")).alias("_fields"),
-        *[_once(F.get_json_object("_json", p)).alias(f"_path_{c}") for c, p in paths.items()],
+        *[_once(F.get_json_object("_json", p)).alias(_text(c)) for c, p in paths.items()],
         *([_once(F.get_json_object("_json", fmt.arrival_field)).alias("_arrival_raw")] if fmt.arrival_field else []),
     )
-    raw_of = {c: _field(fmt, c, paths) for c in read}
+    top = {c: fmt.path(c)[2:] for c in read if c not in paths}
+    df = df.select("*", *[_once(F.col("_fields").getItem(k)).alias(_text(c)) for c, k in top.items()])
+    raw_of = {c: F.col(_text(c)) for c in read}
     typed = {c: _typed(raw_of[c], t, fmt) for c, t in schema.items() if c in raw_of}
     if made_id:  # no id in the data: a hash of the chosen fields' text (a missing field hashes as \0)
         parts = [F.coalesce(raw_of[c], F.lit("\u0000")) for c in fmt.id_from]
         typed[stream.id] = F.substring(F.sha2(F.concat_ws("\u001f", *parts), 256), 1, 32)
     arrival_raw = F.col("_arrival_raw") if fmt.arrival_field else None
     arrival_col = parse_time(arrival_raw, fmt) if arrival_raw is not None else F.col("_record_ts")
-    df = df.select("*", arrival_col.alias(ARRIVAL_TIME), *[typed[c].alias(c) for c in schema])
+    # typed once too: the checks test the event time three times, and each copy the filter takes is a parse
+    df = df.select("*", _once(arrival_col).alias(ARRIVAL_TIME), *[_once(typed[c]).alias(c) for c in schema])
 
     bad_type_cols = [
         F.when(raw_of[c].isNotNull() & F.col(c).isNull(), F.lit(c))
@@ -185,6 +188,12 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     bad_type_detail = F.concat_ws(",", *bad_type_cols) if bad_type_cols else F.lit("")
     known = {top_field(fmt.path(c)) for c in raw_of} | ({top_field(fmt.arrival_field)} if fmt.arrival_field else set())
     unknown = F.array_except(F.map_keys("_fields"), F.array(*[F.lit(c) for c in sorted(known)]))
+    # array_except builds a hash set a record, a tenth of the join's CPU (BENCHMARKS, "Testing for
+    # unknown fields"): it runs only for a record with more fields than the known ones it has (more
+    # keys than that are unknown fields or a known one twice, which the JSON map keeps)
+    held = {k: F.col(_text(c)).isNotNull() for c, k in top.items()}  # its text is there: so is its key
+    present = sum((held.get(k, F.map_contains_key("_fields", k)).cast("int") for k in sorted(known)), F.lit(0))
+    has_unknown = (F.size("_fields") > present) & (F.size(unknown) > 0)
     validity = spec.timestamp_validity
     et, arrival = F.col(stream.event_time), F.col(ARRIVAL_TIME)
 
@@ -199,7 +208,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
         checks.append((arrival.isNull(), "bad_arrival_time", arrival_raw))
     checks.append((bad_type_detail != "", "bad_type", bad_type_detail))
     if spec.unknown_fields == UnknownFields.quarantine:
-        checks.append((F.size(unknown) > 0, "unexpected_field", F.array_join(unknown, ",")))
+        checks.append((has_unknown, "unexpected_field", F.array_join(unknown, ",")))
     checks += [
         (
             et < arrival - F.expr(f"INTERVAL {int(validity.max_past.total_seconds())} SECONDS"),
@@ -217,13 +226,13 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     for cond, code, det in reversed(checks):
         reason = F.when(cond, F.lit(code)).otherwise(reason)
         detail = F.when(cond, det.cast("string")).otherwise(detail)
-    drift = F.when(F.size(unknown) > 0, F.array_join(unknown, ","))
+    drift = F.when(has_unknown, F.array_join(unknown, ","))
     return (
         df.withColumn("_reason", reason)
         .withColumn("_detail", detail)
         .withColumn("_drift", drift if spec.unknown_fields == UnknownFields.keep else F.lit(None).cast("string"))
         .withColumn("ds", arrival_ds(F.coalesce(F.col(ARRIVAL_TIME), F.col("_record_ts")), spec.timezone))
-        .drop("_fields", "_json", *[f"_path_{c}" for c in paths], "_arrival_raw", "_avro_error")
+        .drop("_fields", "_json", *[_text(c) for c in read], "_arrival_raw", "_avro_error")
     )
 
 

@@ -68,6 +68,21 @@ def test_each_bad_class_is_quarantined_with_its_reason_and_raw_payload(spark, de
     assert str(good.first().ds) == "2026-11-20"
 
 
+def test_a_known_field_written_twice_is_not_an_unknown_one(spark, demo_spec):
+    # JSON allows a name twice; the parsed map keeps both keys, so a count of its keys alone would
+    # take the second for an unknown field
+    twice = payload(event_id="D1")[:-1] + ', "position": 4}'
+    drift = json.dumps({**json.loads(payload(event_id="D2")), "new_col": 1, "other": 2})
+    parsed = land_records(raw_frame(spark, [twice, drift]), demo_spec.right, demo_spec)
+    assertDataFrameEqual(
+        parsed.select("event_id", "position", "_reason", "_detail"),
+        [
+            Row(event_id="D1", position=3, _reason=None, _detail=None),
+            Row(event_id="D2", position=3, _reason="unexpected_field", _detail="new_col,other"),
+        ],
+    )
+
+
 def test_duplicates_of_yesterdays_ids_are_caught(spark, demo_spec):
     seen = spark.createDataFrame([("G1",)], "event_id string")
     parsed = land_records(
