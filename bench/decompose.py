@@ -34,7 +34,7 @@ ceiling. A JSON result and a plot (rates, and a waterfall of microseconds per re
 each stage) go to ``--out``. ``--state-store memory`` runs every stateful stage on the JVM heap's
 store instead of RocksDB (the spec's ``streaming.state_store``).
 
-    python -m bench.decompose [--left-events 300000] [--max-offsets 50000] [--min-seconds 20]
+    python -m bench.decompose [--left-events 300000] [--max-offsets 50000] [--min-seconds 20] [--conf KEY=VALUE]
 """
 
 from __future__ import annotations

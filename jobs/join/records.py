@@ -113,7 +113,8 @@ def _once(col: Column) -> Column:
     reference (SPARK-47672, open in 4.2): the good-record filter parsed every JSON value about ten
     times, 4x the parse's CPU (BENCHMARKS, "The good-record filter parsed each record ten times").
     A filter stays above a projection holding a nondeterministic column, so the parse's columns
-    carry an always-true test of the task's partition id, which a task retry sees the same."""
+    (and the typed ones) carry an always-true test of the task's partition id, which a task
+    retry sees the same."""
     return F.when(F.spark_partition_id() >= 0, col)
 
 
@@ -188,8 +189,8 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     bad_type_detail = F.concat_ws(",", *bad_type_cols) if bad_type_cols else F.lit("")
     known = {top_field(fmt.path(c)) for c in raw_of} | ({top_field(fmt.arrival_field)} if fmt.arrival_field else set())
     unknown = F.array_except(F.map_keys("_fields"), F.array(*[F.lit(c) for c in sorted(known)]))
-    # array_except builds a hash set a record, a tenth of the join's CPU (BENCHMARKS, "Testing for
-    # unknown fields"): it runs only for a record with more fields than the known ones it has (more
+    # array_except builds a hash set a record, a tenth of the join's CPU (BENCHMARKS, "Each value
+    # typed once"): it runs only for a record with more fields than the known ones it has (more
     # keys than that are unknown fields or a known one twice, which the JSON map keeps)
     held = {k: F.col(_text(c)).isNotNull() for c, k in top.items()}  # its text is there: so is its key
     present = sum((held.get(k, F.map_contains_key("_fields", k)).cast("int") for k in sorted(known)), F.lit(0))
