@@ -118,9 +118,18 @@ def _once(col: Column) -> Column:
     return F.when(F.spark_partition_id() >= 0, col)
 
 
-def _json_paths(fmt: SourceFormat, columns: list[str]) -> dict[str, str]:
-    """The columns read by a nested JSON path (a top-level key comes from the parsed map)."""
-    return {c: p for c in columns if top_field(p := fmt.path(c)) != p[2:]}
+def _json_reads(fmt: SourceFormat, columns: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Where each column's text comes from: ``{column: key}`` of those at a top-level key (read from
+    the parsed map) and ``{column: path}`` of those at a nested JSON path."""
+    top: dict[str, str] = {}
+    nested: dict[str, str] = {}
+    for c in columns:
+        path = fmt.path(c)
+        if top_field(path) == path[2:]:
+            top[c] = path[2:]
+        else:
+            nested[c] = path
+    return top, nested
 
 
 def _text(column: str) -> str:
@@ -160,7 +169,7 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     schema = stream.schema_
     made_id = bool(fmt.id_from)
     read = [c for c in schema if not (made_id and c == stream.id)]
-    paths = _json_paths(fmt, read)
+    top, paths = _json_reads(fmt, read)
     # the JSON is read once a record: the map of its top-level fields, each nested path, the arrival;
     # then each top-level column's text from the map once (a lookup scans the map's keys)
     df = df.select(
@@ -169,7 +178,6 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
         *[_once(F.get_json_object("_json", p)).alias(_text(c)) for c, p in paths.items()],
         *([_once(F.get_json_object("_json", fmt.arrival_field)).alias("_arrival_raw")] if fmt.arrival_field else []),
     )
-    top = {c: fmt.path(c)[2:] for c in read if c not in paths}
     df = df.select("*", *[_once(F.col("_fields").getItem(k)).alias(_text(c)) for c, k in top.items()])
     raw_of = {c: F.col(_text(c)) for c in read}
     typed = {c: _typed(raw_of[c], t, fmt) for c, t in schema.items() if c in raw_of}
