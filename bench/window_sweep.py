@@ -77,7 +77,8 @@ def recommendation_grid(wl, spec, slice_minutes: int | None) -> None:
 
     from jobs.accuracy import frontier
     from jobs.accuracy import recommend as r
-    from jobs.accuracy.tradeoff import MemoryModel, Observed, evaluate
+    from jobs.accuracy.state_model import MemoryModel
+    from jobs.accuracy.tradeoff import Observed, evaluate
 
     cad = r.default_cadence(spec, slice_minutes)
 

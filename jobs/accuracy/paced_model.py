@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from jobs.accuracy.lateness import Cadence
-from jobs.accuracy.tradeoff import COLUMNS, DEFAULT_BYTES_PER_ROW, p99, window_rates
+from jobs.accuracy.state_model import DEFAULT_BYTES_PER_ROW
+from jobs.accuracy.tradeoff import COLUMNS, p99, window_rates
 from jobs.join.paced import Event, KeyState, Rules, next_timer, step
 from jobs.join.pacing import DRAIN_PT, SIDES, ReadAhead, pace_steps
 from jobs.join.pt_estimator import PTEstimator

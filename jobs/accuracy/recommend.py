@@ -31,14 +31,8 @@ import pandas as pd
 
 from jobs.accuracy import frontier, paced_model
 from jobs.accuracy.lateness import Cadence
-from jobs.accuracy.tradeoff import (
-    StreamLateness,
-    evaluate,
-    memory_model,
-    observe,
-    per_ds_rates,
-    stream_lateness,
-)
+from jobs.accuracy.state_model import memory_model
+from jobs.accuracy.tradeoff import StreamLateness, evaluate, observe, per_ds_rates, stream_lateness
 from jobs.spec import Engine, JoinSpec, fmt_duration, format_duration
 from jobs.storage import fs
 from jobs.storage.stream_runs import rate_label, read_runs
@@ -419,6 +413,9 @@ def recommend(
         windows=tried,
         inputs={
             "bytes_per_row": bpr,
+            "state_rows": None
+            if paced
+            else memory.state_rows(chosen.lower_s, chosen.upper_s, chosen.left_delay_s, chosen.right_delay_s, cadence),
             "engine": spec.streaming.engine.value,
             "peak_rows_per_s": {"left": memory.left_rows_per_s, "right": memory.right_rows_per_s},
             "replay_rows_per_s": replay,

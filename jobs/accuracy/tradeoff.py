@@ -14,7 +14,8 @@ filters it (:mod:`jobs.accuracy.lateness`). Then numpy decides the grid:
 * a matched row is output in the batch that reads the later of its pair; an unmatched left row
   (left outer) when the watermark evicting state passes ``l.t + upper``. Its latency is its
   output time (the batch's end) minus its latest event time; p99 over output rows;
-* state memory: peak rows per second × how long a row stays in state × bytes per row.
+* state memory: peak rows per second × how long a row stays in state × bytes per row
+  (:mod:`jobs.accuracy.state_model`).
 
 Every number is "for" a :class:`~jobs.accuracy.lateness.Cadence` (replay slices or a live
 trigger): the watermark moves per micro-batch, so the cadence is part of the prediction.
@@ -30,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.accuracy.lateness import NO_MAX, BatchClock, Cadence, behind_maxima, quantile_basis, survives
+from jobs.accuracy.state_model import MemoryModel
 from jobs.spec import JoinSpec
 
 #: Columns of :func:`evaluate`'s result, one row per candidate.
@@ -140,22 +142,6 @@ class Observed:
         return out
 
 
-@dataclass(frozen=True)
-class MemoryModel:
-    """State rows ≈ peak rate × time in state; × bytes per buffered row (measured when it ran)."""
-
-    left_rows_per_s: float
-    right_rows_per_s: float
-    bytes_per_row: float
-
-    def bytes(self, lower_s: float, upper_s: float, dl: float, dr: float, cadence: Cadence) -> float:
-        # the global watermark trails the event-time front by the larger delay, plus the batches it lags
-        trail = max(dl, dr) + cadence.batch_s * cadence.late_lag
-        right_rows = self.right_rows_per_s * (max(-lower_s, 0) + trail)
-        left_rows = self.left_rows_per_s * (max(upper_s, 0) + trail)
-        return (right_rows + left_rows) * self.bytes_per_row
-
-
 def _window_matches(obs: Observed, ok: np.ndarray, windows: list[tuple[int, int]]) -> dict[tuple[int, int], np.ndarray]:
     """Per window: the ``group_left`` mask of left events with a surviving pair in it."""
     out, cache = {}, {}
@@ -209,35 +195,6 @@ def _pair_hists(obs: Observed, ok: np.ndarray, points_us: list[int]) -> tuple[di
     le = {p: at[int(np.searchsorted(d, p, side="right"))] for p in points_us}
     lt = {p: at[int(np.searchsorted(d, p, side="left"))] for p in points_us}
     return le, lt
-
-
-#: Bytes per buffered row until the stream's state store has measured it (~200 B of payload, x2 in RocksDB).
-DEFAULT_BYTES_PER_ROW = 400.0
-
-
-def _measured_bytes_per_row(progress: list[dict]) -> float | None:
-    vals = []
-    for p in progress[-20:]:
-        for op in p.get("stateOperators", []):
-            if "join" not in str(op.get("operatorName", "")).lower():
-                continue  # the event-id de-duplication's rows are not window rows
-            rows, mem = op.get("numRowsTotal") or 0, op.get("memoryUsedBytes") or 0
-            if rows > 100 and mem > 0:
-                vals.append(mem / rows)
-    return float(np.median(vals)) if vals else None
-
-
-def _peak_rate(arrival_ms: pd.Series) -> float:
-    hourly = pd.Series(1, index=pd.to_datetime(arrival_ms, unit="ms")).resample("1h").sum()
-    return float(hourly.max() / 3600) if len(hourly) else 0.0
-
-
-def memory_model(progress: list[dict], records: dict[str, Any]) -> MemoryModel:
-    """State memory per candidate: each stream's peak arrival rate in ``records`` (from
-    :func:`observe`), times the bytes per buffered row the stream's state
-    store measured (``progress``), else :data:`DEFAULT_BYTES_PER_ROW`."""
-    bpr = _measured_bytes_per_row(progress) or DEFAULT_BYTES_PER_ROW
-    return MemoryModel(_peak_rate(records["left"].a), _peak_rate(records["right"].a), bpr)
 
 
 def evaluate(
@@ -453,7 +410,6 @@ def stream_lateness(spec: JoinSpec, rec: dict, obs: Observed, chosen: Any) -> di
 __all__ = [
     "COLUMNS",
     "NO_MAX",
-    "MemoryModel",
     "Observed",
     "StreamLateness",
     "evaluate",

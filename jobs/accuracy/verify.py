@@ -8,7 +8,10 @@ touches the deployed stream's tables, checkpoint or topics. Measured:
 * match rate per ds = left events with a matched row in the trial's output ÷ left events landed
   for that ds by the user's pipeline (the same denominator as every other match rate);
 * p99 latency = the p99 over output rows of ``emitted_at`` (the replay stamps the slice end in
-  record time) minus the row's latest event time, as :mod:`jobs.accuracy.tradeoff` predicts it.
+  record time) minus the row's latest event time, as :mod:`jobs.accuracy.tradeoff` predicts it;
+* the state at its peak (native engine): the most rows the trial's join and its event-id
+  de-duplication held after a micro-batch, against the rows :mod:`jobs.accuracy.state_model`
+  predicts (its bytes are those rows × the bytes per row the deployed stream measured).
 
 Example::
 
@@ -26,7 +29,8 @@ import numpy as np
 
 from jobs.accuracy.paced_model import paced_grid
 from jobs.accuracy.recommend import Candidate, default_cadence
-from jobs.accuracy.tradeoff import evaluate, memory_model, observe, p99, per_ds_rates
+from jobs.accuracy.state_model import DEDUP, JOIN, memory_model, peak_rows
+from jobs.accuracy.tradeoff import evaluate, observe, p99, per_ds_rates
 from jobs.spec import Engine, JoinSpec, WindowSpec
 from jobs.storage import fs
 
@@ -72,10 +76,21 @@ class VerifyResult:
     measured_p99_latency_s: float
     output_rows: int
     notes: list[str] = field(default_factory=list)
+    #: per state operator (join, dedupe) its rows at their peak, predicted and measured (native engine)
+    state_rows: dict[str, dict[str, float]] | None = None
 
     @property
     def diff_pp(self) -> float:
         return 100 * (self.measured - self.predicted)
+
+    def state_lines(self) -> list[str]:
+        """One line per state operator: its peak rows, predicted and measured."""
+        names = {JOIN: "the join's window", DEDUP: "the event-id de-duplication"}
+        return [
+            f"state at its peak, {names[kind]}: predicted {r['predicted']:,.0f} rows, measured {r['measured']:,} "
+            f"({r['measured'] / max(r['predicted'], 1):.2f}×)"
+            for kind, r in (self.state_rows or {}).items()
+        ]
 
     def within(self, pp: float = PROMISE_PP) -> bool:
         return abs(self.diff_pp) <= pp + 1e-9
@@ -173,9 +188,12 @@ def predict_trial(
         grid, per_ds, _, runs = paced_grid(spec, obs, rec, cadence, [window], progress)
         at_trial = Candidate.of(grid.iloc[0])
         at_trial.per_ds, batches = per_ds[window], runs[window]
+        state_rows = None  # the paced operator's state is its own (keys, not window rows)
     else:
-        row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory_model(progress, rec))
+        memory = memory_model(progress, rec)
+        row = evaluate(obs, [window], [chosen.left_delay_s], [chosen.right_delay_s], memory)
         at_trial = Candidate.of(row.iloc[0])
+        state_rows = memory.state_rows(*window, chosen.left_delay_s, chosen.right_delay_s, cadence)
         at_trial.per_ds = per_ds_rates(obs, window, chosen.left_delay_s, chosen.right_delay_s)
         batches = int(len(obs.clock.end_ms))
     inputs = {
@@ -183,6 +201,7 @@ def predict_trial(
         "late_lag": cadence.late_lag,
         "cadence_s": cadence.batch_s,
         "engine": spec.streaming.engine.value,
+        "state_rows": state_rows,
     }
     return TrialPrediction(cadence.label(), at_trial, inputs)
 
@@ -220,7 +239,18 @@ def verify(
         c.per_ds, c.match_rate, matched, left, c.p99_latency_s, lat, pipeline=trial.pipeline, cadence=rec.cadence
     )
     res.notes.append(_batches_note(trial, rec, s))
+    if rec.inputs.get("state_rows"):
+        res.state_rows = _state_rows(rec.inputs["state_rows"], trial, s)
     return res
+
+
+def _state_rows(predicted: dict[str, float], trial: JoinSpec, s=None) -> dict[str, dict[str, float]]:
+    """Per state operator: the rows predicted at their peak, and the most the trial held after a micro-batch."""
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
+
+    progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))
+    return {kind: {"predicted": predicted[kind], "measured": peak_rows(progress, kind)} for kind in (JOIN, DEDUP)}
 
 
 def _batches_note(trial: JoinSpec, rec: Any, s=None) -> str:

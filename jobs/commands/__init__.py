@@ -412,6 +412,8 @@ def _verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes: fl
         f"p99 latency predicted {fmt_duration(res.predicted_p99_latency_s)}, measured "
         f"{fmt_duration(res.measured_p99_latency_s)} over {res.output_rows:,} output rows"
     )
+    for line in res.state_lines():
+        console.print(line)
     for note in res.notes:
         console.print(f"  - {note}")
     if res.cadence != rec.cadence:

@@ -174,6 +174,12 @@ def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeli
     print(f"predicted {100 * res['predicted']:.3f}%, measured {100 * res['measured']:.3f}%, {res['diff_pp']:+.3f} pp")
     assert abs(res["diff_pp"]) <= WITHIN_PP and res["within"]
     assert code == 0, "the measured match rate is not within 0.05 pp of the prediction"
+    # the state at its peak, the join's window and the event-id de-duplication: the model bounds
+    # what the trial held, and not loosely
+    for kind, rows in res["state_rows"].items():
+        print(f"{kind} state at its peak: predicted {rows['predicted']:,.0f} rows, measured {rows['measured']:,}")
+        assert 0.7 * rows["predicted"] <= rows["measured"] <= rows["predicted"], kind
+    assert set(res["state_rows"]) == {"join", "dedupe"}
 
 
 def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_the_same(
@@ -208,6 +214,7 @@ def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_t
         + "; ".join(res.notes)
     )
     assert res.output_rows > 0 and [d.ds for d in res.days] == [str(d) for d in DAYS]
+    assert res.state_rows is None and res.state_lines() == []  # the paced operator's state is its own
     assert all(abs(d.diff_pp) <= WITHIN_PP for d in res.days) and res.within(WITHIN_PP)
     # each first answer in the micro-batch the model emits it in
     assert res.measured_p99_latency_s == pytest.approx(res.predicted_p99_latency_s, abs=1)

@@ -126,17 +126,59 @@ def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_pea
 
     from bench.scaling import parse_span, state_peak
 
-    def op(rows, mem, sst):
-        return {"numRowsTotal": rows, "memoryUsedBytes": mem, "customMetrics": {"rocksdbSstFileSize": sst}}
+    def op(rows, mem, sst, name="dedupeWithinWatermark"):
+        return {
+            "operatorName": name,
+            "numRowsTotal": rows,
+            "memoryUsedBytes": mem,
+            "customMetrics": {"rocksdbSstFileSize": sst},
+        }
 
     progress = [
-        {"stateOperators": [op(10, 100, 7), op(5, 50, 3)]},
-        {"stateOperators": [op(12, 90, 1), op(1, 20, 1)]},  # more rows, less memory: each peak on its own
+        {"stateOperators": [op(10, 100, 7, "symmetricHashJoin"), op(5, 50, 3)]},
+        {"stateOperators": [op(8, 90, 1, "symmetricHashJoin"), op(9, 20, 1)]},  # more rows, less memory
         {},
     ]
-    assert state_peak(progress) == {"state_rows": 15, "state_bytes": 150, "state_sst_bytes": 10}
-    assert state_peak([]) == {"state_rows": 0, "state_bytes": 0, "state_sst_bytes": 0}
+    # each peak on its own; the join's own rows and memory apart from the de-duplication's ids
+    assert state_peak(progress) == {
+        "state_rows": 17,
+        "state_bytes": 150,
+        "state_sst_bytes": 10,
+        "join_rows": 10,
+        "join_bytes": 100,
+    }
+    assert state_peak([]) == dict.fromkeys(
+        ("state_rows", "state_bytes", "state_sst_bytes", "join_rows", "join_bytes"), 0
+    )
     assert parse_span("-3h..+30m") == (timedelta(hours=-3), timedelta(minutes=30))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [(["--parts", "live,nope"], "--parts takes"), (["--slice-minutes", "0"], "--slice-minutes must be positive")],
+)
+def test_the_scaling_bench_refuses_an_unknown_part_or_a_slice_of_no_time(args, says, capsys):
+    from bench.scaling import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_scaling_plot_draws_only_the_parts_that_ran(tmp_path):
+    from PIL import Image
+
+    from bench.scaling import plot
+
+    point = {"label": "window -3h..+30m", "join_rows": 900, "predicted_join_rows": 1000, "dedup_rows": 500}
+    point |= {"predicted_dedup_rows": 520, "predicted_live_dedup_rows": 400}
+    live = {"command": "python -m bench.scaling --parts live", "live_mode": "replay-as-live, 60-minute slices"}
+    plot({**live, "live": [{**point, "predicted_live_join_rows": 700}]}, tmp_path / "live.png")
+    rates = [{"label": f"{n} partitions", "events_per_s": 1000 * n} for n in (1, 2)]
+    plot({**live, "partitions": rates, "live": [{**point, "predicted_live_join_rows": 700}]}, tmp_path / "two.png")
+    one, two = Image.open(tmp_path / "live.png").size, Image.open(tmp_path / "two.png").size
+    assert two[0] > 1.4 * one[0] and two[1] == one[1]  # a panel each, side by side
 
 
 @pytest.mark.parametrize(("arg", "says"), [("--lag=x", "--lag takes a duration"), ("--lag=-1h", "0s or more")])

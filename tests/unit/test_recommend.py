@@ -21,7 +21,8 @@ from jobs.accuracy.lateness import (
     survives,
 )
 from jobs.accuracy.recommend import boundary_reasons
-from jobs.accuracy.tradeoff import MemoryModel, Observed, evaluate, p99, per_ds_rates
+from jobs.accuracy.state_model import MemoryModel
+from jobs.accuracy.tradeoff import Observed, evaluate, p99, per_ds_rates
 from jobs.accuracy.verify import compare, verify_spec
 
 MIN, H = 60, 3600
@@ -115,13 +116,41 @@ def test_every_candidate_is_decided_by_window_and_both_watermarks():
     assert inner.p99_latency_s[0] == pytest.approx(5 * MIN, abs=30)
 
 
-def test_memory_grows_with_the_window_and_the_larger_delay():
-    m = MemoryModel(left_rows_per_s=2, right_rows_per_s=10, bytes_per_row=100)
+def test_state_grows_with_the_window_and_the_delays():
+    m = MemoryModel(left_rows_per_s=2, right_rows_per_s=10, bytes_per_row=100, id_bytes_per_row=30)
     cad = Cadence(60, replay=False)
-    base = m.bytes(-H, 30 * MIN, 600, 7200, cad)
-    trail = 7200 + 2 * 60  # the global watermark trails by the larger delay plus two batches
-    assert base == (10 * (H + trail) + 2 * (30 * MIN + trail)) * 100
-    assert m.bytes(-H, 30 * MIN, 7200, 600, cad) == base  # the min watermark: the larger delay counts
+    trail = 7200 + 60  # the global watermark trails by the larger delay; eviction by one batch more
+    window_rows = 10 * (H + trail) + 2 * (30 * MIN + trail)
+    assert m.rows(-H, 30 * MIN, 600, 7200, cad) == window_rows
+    assert m.rows(-H, 30 * MIN, 7200, 600, cad) == window_rows  # the min watermark: the larger delay counts
+    ids = 2 * (600 + trail) + 10 * (7200 + trail)  # each side's ids for its own delay + the trail
+    assert m.id_rows(600, 7200, cad) == ids and m.id_rows(7200, 600, cad) == 2 * (7200 + trail) + 10 * (600 + trail)
+    assert m.state_rows(-H, 30 * MIN, 600, 7200, cad) == {"join": window_rows, "dedupe": ids}
+    assert m.bytes(-H, 30 * MIN, 600, 7200, cad) == window_rows * 100 + ids * 30
+    assert m.bytes(-2 * H, 30 * MIN, 600, 7200, cad) == m.bytes(-H, 30 * MIN, 600, 7200, cad) + 10 * H * 100
+
+
+def test_bytes_per_row_are_measured_where_the_state_held_the_most_rows():
+    from jobs.accuracy.state_model import _measured_bytes_per_row
+
+    def batch(rows, mem, dedup_rows=0):
+        return {
+            "stateOperators": [
+                {"operatorName": "symmetricHashJoin", "numRowsTotal": rows, "memoryUsedBytes": mem},
+                {"operatorName": "dedupeWithinWatermark", "numRowsTotal": dedup_rows, "memoryUsedBytes": 10**9},
+            ]
+        }
+
+    # 20 batches filling the state at 200 B a row over a fixed 1 MB, then a quiet tail of 30 batches
+    # holding a few hundred rows in the same memory: the tail's ~5 KB a row is the fixed part
+    filling = [batch(10_000 * i, 10**6 + 200 * 10_000 * i, dedup_rows=5) for i in range(1, 21)]
+    tail = [batch(200 + i, 10**6 + 200 * 200) for i in range(30)]
+    bpr = _measured_bytes_per_row([*filling, *tail, {}])
+    # the top tenth (5 batches: 160-200 k rows): 205-206 B a row; the de-duplication never counts
+    assert bpr == pytest.approx(200 + 10**6 / 180_000, rel=1e-3)
+    assert _measured_bytes_per_row(tail[:3]) == pytest.approx((10**6 + 40_000) / 202)  # one batch: the top one
+    assert _measured_bytes_per_row([batch(50, 10**6), {}]) is None  # too few rows to price one
+    assert _measured_bytes_per_row([batch(500, 10**6, dedup_rows=1_000)], "dedupe") == 10**6  # 10**9 B / 1,000 ids
 
 
 def _cands(rows):
