@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 from urllib.parse import urlparse
 
+from jobs.local.kafka_setup import free_ports
 from jobs.settings import PROJECT_ROOT
 
 if TYPE_CHECKING:
@@ -54,9 +54,7 @@ _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def find_chromium() -> str | None:

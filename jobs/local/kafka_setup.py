@@ -12,6 +12,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -200,8 +201,40 @@ def random_cluster_id() -> str:
             return cid
 
 
+#: Where :func:`free_ports` looks when the kernel's ephemeral range leaves room below it.
+LISTEN_PORTS_FROM = 10_000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux's default if it does not say)."""
+    try:
+        lo, hi = map(int, _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return range(lo, hi + 1)
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports the kernel considers free on 127.0.0.1 right now."""
+    """``n`` distinct ports free on 127.0.0.1 right now, below the kernel's ephemeral range.
+
+    A port taken from the ephemeral range (a bind to port 0) can be handed to some process's
+    outgoing connection before the service started on it binds: a Kafka node of the test cluster
+    failed so ("Address already in use", BENCHMARKS "Every CI run of the suite", 2026-11-29).
+    Below that range only a listener that names the port can take it."""
+    ephemeral = ephemeral_ports()
+    if ephemeral.start - LISTEN_PORTS_FROM < 100 * n:  # a machine whose range leaves no room: the kernel picks
+        return _kernel_ports(n)
+    ports: list[int] = []
+    for port in random.sample(range(LISTEN_PORTS_FROM, ephemeral.start), 50 * n):
+        if port_is_free(port, reuse=False):
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+    return _kernel_ports(n)  # the low range is full of listeners
+
+
+def _kernel_ports(n: int) -> list[int]:
     socks = []
     try:
         for _ in range(n):
@@ -214,11 +247,12 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def port_is_free(port: int) -> bool:
-    """Whether the broker could bind ``port`` (SO_REUSEADDR like the JVM, so a port in
-    TIME_WAIT after our own stop counts as free)."""
+def port_is_free(port: int, *, reuse: bool = True) -> bool:
+    """Whether the broker could bind ``port`` (with ``reuse``, SO_REUSEADDR like the JVM, so a
+    port in TIME_WAIT after our own stop counts as free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

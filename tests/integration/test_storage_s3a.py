@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from jobs.local.kafka_setup import free_ports
+
 pytestmark = pytest.mark.integration
 
 BUCKET = "joinshift-test"
@@ -29,9 +31,7 @@ DS = date(2026, 11, 20)
 @pytest.fixture(scope="module")
 def s3_endpoint(test_root):
     """``moto_server`` on a free loopback port, with an empty bucket; stopped after the module."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_ports(1)[0]
     log = open(test_root / "moto_server.log", "wb")  # noqa: SIM115 (closed below)
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
