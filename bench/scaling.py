@@ -47,21 +47,19 @@ PARTS = ("partitions", "spans", "sizes", "live")
 def state_peak(progress: list[dict[str, Any]]) -> dict[str, int]:
     """The largest per-batch sums, over a run's progress records, of the state's rows, its memory
     (RocksDB's ``memoryUsedBytes``) and its files (``rocksdbSstFileSize``), all operators; and of
-    the join's own rows and memory."""
+    the join's own rows and memory and the de-duplication's ids (the state model's two parts)."""
+    from jobs.accuracy.state_model import DEDUP, JOIN, operator_state, peak_rows
 
     def peak(value) -> int:
         return max((sum(value(op) for op in p.get("stateOperators", [])) for p in progress), default=0)
 
-    def join_only(value):  # the window's rows, the memory model's subject: not the de-duplication's ids
-        return lambda op: value(op) if "join" in str(op.get("operatorName", "")).lower() else 0
-
-    rows, mem = (lambda op: op.get("numRowsTotal", 0)), (lambda op: op.get("memoryUsedBytes", 0))
     return {
-        "state_rows": peak(rows),
-        "state_bytes": peak(mem),
+        "state_rows": peak(lambda op: op.get("numRowsTotal", 0)),
+        "state_bytes": peak(lambda op: op.get("memoryUsedBytes", 0)),
         "state_sst_bytes": peak(lambda op: op.get("customMetrics", {}).get("rocksdbSstFileSize", 0)),
-        "join_rows": peak(join_only(rows)),
-        "join_bytes": peak(join_only(mem)),
+        "join_rows": peak_rows(progress, JOIN),
+        "join_bytes": max((mem for _, mem in operator_state(progress, JOIN)), default=0),
+        "dedup_rows": peak_rows(progress, DEDUP),
     }
 
 
@@ -77,7 +75,7 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
     """Part 4: two days of ``left_events`` a day landed, then replayed as live once per span; each
     point is the measured peak state beside the memory model's prediction for that window."""
     from jobs.accuracy.recommend import default_cadence
-    from jobs.accuracy.state_model import DEDUP, JOIN, memory_model, peak_rows
+    from jobs.accuracy.state_model import DEDUP, JOIN, memory_model
     from jobs.accuracy.tradeoff import observe
     from jobs.steps.landing import land_day
     from jobs.steps.replay_live import replay_as_live
@@ -128,7 +126,6 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
             "micro_batches": run.batches,
             "wall_s": round(wall, 1),
             **state_peak(progress),
-            "dedup_rows": peak_rows(progress, DEDUP),
             "bytes_per_row": round(model.bytes_per_row),
             "id_bytes_per_row": round(model.id_bytes_per_row),
             "predicted_bytes": round(model.bytes(*window, *delays, cadence["trial"])),

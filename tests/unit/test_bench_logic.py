@@ -146,10 +146,10 @@ def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_pea
         "state_sst_bytes": 10,
         "join_rows": 10,
         "join_bytes": 100,
+        "dedup_rows": 9,
     }
-    assert state_peak([]) == dict.fromkeys(
-        ("state_rows", "state_bytes", "state_sst_bytes", "join_rows", "join_bytes"), 0
-    )
+    keys = ("state_rows", "state_bytes", "state_sst_bytes", "join_rows", "join_bytes", "dedup_rows")
+    assert state_peak([]) == dict.fromkeys(keys, 0)
     assert parse_span("-3h..+30m") == (timedelta(hours=-3), timedelta(minutes=30))
 
 
