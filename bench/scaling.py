@@ -71,6 +71,16 @@ def parse_span(text: str) -> tuple[timedelta, timedelta]:
     return parse_duration(lower), parse_duration(upper)
 
 
+def _slice_progress(label: str):
+    """Print a line every tenth of a replay's slices: a span takes minutes."""
+
+    def on_slice(done: int, total: int, _end_ms: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            print(f"  window {label}: slice {done}/{total}", flush=True)
+
+    return on_slice
+
+
 def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_minutes: float) -> list[dict[str, Any]]:
     """Part 4: two days of ``left_events`` a day landed, then replayed as live once per span; each
     point is the measured peak state beside the memory model's prediction for that window."""
@@ -111,7 +121,15 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
     for text, lower, upper in spans:
         trial = spec.with_window(lower, upper)
         t0 = time.monotonic()
-        run = replay_as_live(spark, trial, bootstrap=bootstrap, days=days, slice_minutes=slice_minutes, s=s)
+        run = replay_as_live(
+            spark,
+            trial,
+            bootstrap=bootstrap,
+            days=days,
+            slice_minutes=slice_minutes,
+            s=s,
+            on_slice=_slice_progress(text),
+        )
         wall = time.monotonic() - t0
         progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))
         window = (trial.window.lower_seconds, trial.window.upper_seconds)

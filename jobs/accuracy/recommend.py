@@ -413,6 +413,7 @@ def recommend(
         windows=tried,
         inputs={
             "bytes_per_row": bpr,
+            "id_bytes_per_row": None if paced else memory.id_bytes_per_row,
             "state_rows": None
             if paced
             else memory.state_rows(chosen.lower_s, chosen.upper_s, chosen.left_delay_s, chosen.right_delay_s, cadence),

@@ -180,6 +180,11 @@ def test_verify_runs_the_choice_as_live_and_lands_within_the_promise(demo_pipeli
         print(f"{kind} state at its peak: predicted {rows['predicted']:,.0f} rows, measured {rows['measured']:,}")
         assert 0.7 * rows["predicted"] <= rows["measured"] <= rows["predicted"], kind
     assert set(res["state_rows"]) == {"join", "dedupe"}
+    from jobs.accuracy.state_model import DEFAULT_BYTES_PER_ROW, DEFAULT_ID_BYTES_PER_ROW
+
+    # each operator's bytes a row measured by the deployed stream, not the defaults
+    assert rec["inputs"]["bytes_per_row"] != DEFAULT_BYTES_PER_ROW
+    assert rec["inputs"]["id_bytes_per_row"] not in (None, DEFAULT_ID_BYTES_PER_ROW)
 
 
 def test_a_paced_spec_is_predicted_by_its_own_rules_and_a_paced_trial_measures_the_same(
