@@ -117,6 +117,9 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
     for d in [*days, days[-1] + timedelta(days=1)]:  # the day after: the last day's late clicks
         land_day(spark, spec, d, s, bootstrap)
     print(f"live: {len(records):,} records over {len(days)} days published and landed in {time.monotonic() - t0:.0f} s")
+    # the landed days' arrivals, read once: the model's rates do not depend on the window
+    widest = (int(min(lo.total_seconds() for _, lo, _ in spans)), int(max(up.total_seconds() for _, _, up in spans)))
+    _, rec = observe(spark, spec, days, default_cadence(spec, slice_minutes), widest, s)
     points = []
     for text, lower, upper in spans:
         trial = spec.with_window(lower, upper)
@@ -133,7 +136,6 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
         wall = time.monotonic() - t0
         progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))
         window = (trial.window.lower_seconds, trial.window.upper_seconds)
-        _, rec = observe(spark, trial, days, default_cadence(trial, slice_minutes), window, s)
         model = memory_model(progress, rec)
         delays = (trial.left.watermark_seconds, trial.right.watermark_seconds)
         cadence = {"trial": default_cadence(trial, slice_minutes), "live": default_cadence(trial)}

@@ -238,29 +238,22 @@ def verify(
     res = compare(
         c.per_ds, c.match_rate, matched, left, c.p99_latency_s, lat, pipeline=trial.pipeline, cadence=rec.cadence
     )
-    res.notes.append(_batches_note(trial, rec, s))
-    if rec.inputs.get("state_rows"):
-        res.state_rows = _state_rows(rec.inputs["state_rows"], trial, s)
-    return res
-
-
-def _state_rows(predicted: dict[str, float], trial: JoinSpec, s=None) -> dict[str, dict[str, float]]:
-    """Per state operator: the rows predicted at their peak, and the most the trial held after a micro-batch."""
     from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 
     progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))
-    return {kind: {"predicted": predicted[kind], "measured": peak_rows(progress, kind)} for kind in (JOIN, DEDUP)}
+    res.notes.append(_batches_note(progress, rec))
+    if rec.inputs.get("state_rows"):  # per state operator: predicted at its peak, and the most the trial held
+        predicted = rec.inputs["state_rows"]
+        res.state_rows = {k: {"predicted": predicted[k], "measured": peak_rows(progress, k)} for k in (JOIN, DEDUP)}
+    return res
 
 
-def _batches_note(trial: JoinSpec, rec: Any, s=None) -> str:
+def _batches_note(progress_log: list[dict], rec: Any) -> str:
     """How many micro-batches the trial ran against how many the prediction assumed: a slice read in
     two batches, or no-data batches between slices (which move the late filter one batch closer,
     ``Cadence.late_lag`` 1), would show here first."""
-    from jobs.storage.progress import JOIN_QUERY, read_progress
-    from jobs.storage.tables import Tables
-
-    progress = {p["batchId"]: p for p in read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))}
+    progress = {p["batchId"]: p for p in progress_log}
     data = sum(1 for p in progress.values() if (p.get("numInputRows") or 0) > 0)
     assumed = (
         "one per non-empty slice, then the records held back, then the drain's"
