@@ -109,12 +109,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
+    from jobs.accuracy.state_model import peak_rows
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.operate.checkpoint import paced_state_summary
     from jobs.spec import Engine
     from jobs.steps.stream import start_streaming_join
     from jobs.storage.kafka import create_topic, offsets_for_time
-    from jobs.storage.progress import JOIN_QUERY, read_progress, settle_log
+    from jobs.storage.progress import JOIN_QUERY, JOIN_STATE, read_progress, settle_log
     from jobs.storage.spark import get_spark
     from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
@@ -228,15 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 decided, matched = len(ids[engine]), sum(ids[engine].values())
                 if engine == "native":
-                    peak = max(
-                        (
-                            op.get("numRowsTotal", 0)
-                            for p in progress
-                            for op in p.get("stateOperators", [])
-                            if op.get("operatorName") == "symmetricHashJoin"
-                        ),
-                        default=0,
-                    )
+                    peak = peak_rows(progress, JOIN_STATE)
                 else:  # its state as of every micro-batch, read back from the state store
                     checkpoint = Tables.of(spec, rs).checkpoint(JOIN_QUERY)
                     reads = [paced_state_summary(spark, checkpoint, p["batchId"]) for p in progress]

@@ -48,7 +48,8 @@ def state_peak(progress: list[dict[str, Any]]) -> dict[str, int]:
     """The largest per-batch sums, over a run's progress records, of the state's rows, its memory
     (RocksDB's ``memoryUsedBytes``) and its files (``rocksdbSstFileSize``), all operators; and of
     the join's own rows and memory and the de-duplication's ids (the state model's two parts)."""
-    from jobs.accuracy.state_model import DEDUP, JOIN, operator_state, peak_rows
+    from jobs.accuracy.state_model import operator_state, peak_rows
+    from jobs.storage.progress import DEDUP_STATE, JOIN_STATE
 
     def peak(value) -> int:
         return max((sum(value(op) for op in p.get("stateOperators", [])) for p in progress), default=0)
@@ -57,9 +58,9 @@ def state_peak(progress: list[dict[str, Any]]) -> dict[str, int]:
         "state_rows": peak(lambda op: op.get("numRowsTotal", 0)),
         "state_bytes": peak(lambda op: op.get("memoryUsedBytes", 0)),
         "state_sst_bytes": peak(lambda op: op.get("customMetrics", {}).get("rocksdbSstFileSize", 0)),
-        "join_rows": peak_rows(progress, JOIN),
-        "join_bytes": max((mem for _, mem in operator_state(progress, JOIN)), default=0),
-        "dedup_rows": peak_rows(progress, DEDUP),
+        "join_rows": peak_rows(progress, JOIN_STATE),
+        "join_bytes": max((mem for _, mem in operator_state(progress, JOIN_STATE)), default=0),
+        "dedup_rows": peak_rows(progress, DEDUP_STATE),
     }
 
 
@@ -85,12 +86,12 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
     """Part 4: two days of ``left_events`` a day landed, then replayed as live once per span; each
     point is the measured peak state beside the memory model's prediction for that window."""
     from jobs.accuracy.recommend import default_cadence
-    from jobs.accuracy.state_model import DEDUP, JOIN, memory_model
+    from jobs.accuracy.state_model import memory_model
     from jobs.accuracy.tradeoff import observe
     from jobs.steps.landing import land_day
     from jobs.steps.replay_live import replay_as_live
     from jobs.storage.kafka import create_topic
-    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.progress import DEDUP_STATE, JOIN_QUERY, JOIN_STATE, read_progress
     from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
@@ -152,7 +153,7 @@ def live_spans(spark, base, s, bootstrap: str, spans, left_events: int, slice_mi
             **{
                 f"predicted{'' if at == 'trial' else '_live'}_{name}_rows": round(rows[kind])
                 for at, rows in predicted.items()
-                for name, kind in (("join", JOIN), ("dedup", DEDUP))
+                for name, kind in (("join", JOIN_STATE), ("dedup", DEDUP_STATE))
             },
         }
         print(json.dumps(point), flush=True)

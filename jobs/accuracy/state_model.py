@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.accuracy.lateness import Cadence
+from jobs.storage.progress import DEDUP_STATE, JOIN_STATE, state_operators
 
 #: Bytes per buffered join row until the stream's state store has measured it (~200 B of payload, x2 in RocksDB).
 DEFAULT_BYTES_PER_ROW = 400.0
@@ -32,7 +33,6 @@ DEFAULT_BYTES_PER_ROW = 400.0
 DEFAULT_ID_BYTES_PER_ROW = 100.0
 #: The share of a stream's micro-batches, those holding the most rows, whose bytes per row count.
 PEAK_SHARE = 0.1
-JOIN, DEDUP = "join", "dedupe"  # what the operators' names hold (symmetricHashJoin, dedupeWithinWatermark)
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class MemoryModel:
 
     def state_rows(self, lower_s: float, upper_s: float, dl: float, dr: float, cadence: Cadence) -> dict[str, float]:
         """Each operator's rows at their peak: what ``recommend --verify`` holds a trial to."""
-        return {JOIN: self.rows(lower_s, upper_s, dl, dr, cadence), DEDUP: self.id_rows(dl, dr, cadence)}
+        return {JOIN_STATE: self.rows(lower_s, upper_s, dl, dr, cadence), DEDUP_STATE: self.id_rows(dl, dr, cadence)}
 
     def bytes(self, lower_s: float, upper_s: float, dl: float, dr: float, cadence: Cadence) -> float:
         return (
@@ -71,10 +71,10 @@ class MemoryModel:
 
 def operator_state(progress: list[dict], kind: str) -> list[tuple[int, int]]:
     """Per micro-batch, (rows, memory bytes) of the state operators whose name holds ``kind``
-    (:data:`JOIN` or :data:`DEDUP`), summed over them."""
+    (:data:`JOIN_STATE` or :data:`DEDUP_STATE`), summed over them."""
     out = []
     for p in progress:
-        ops = [op for op in p.get("stateOperators", []) if kind in str(op.get("operatorName", "")).lower()]
+        ops = state_operators(p.get("stateOperators") or [], kind)
         out.append((sum(op.get("numRowsTotal") or 0 for op in ops), sum(op.get("memoryUsedBytes") or 0 for op in ops)))
     return out
 
@@ -84,7 +84,7 @@ def peak_rows(progress: list[dict], kind: str) -> int:
     return max((rows for rows, _ in operator_state(progress, kind)), default=0)
 
 
-def _measured_bytes_per_row(progress: list[dict], kind: str = JOIN) -> float | None:
+def _measured_bytes_per_row(progress: list[dict], kind: str = JOIN_STATE) -> float | None:
     """Bytes per row where the operator's state was largest: the median over the tenth of the
     micro-batches holding the most rows. A store's memory has a part that does not shrink with
     its rows (RocksDB's memtables and cache), so batches holding few rows (a quiet hour, the tail
@@ -110,6 +110,6 @@ def memory_model(progress: list[dict], records: dict[str, Any]) -> MemoryModel:
     return MemoryModel(
         _peak_rate(records["left"].a),
         _peak_rate(records["right"].a),
-        _measured_bytes_per_row(progress, JOIN) or DEFAULT_BYTES_PER_ROW,
-        _measured_bytes_per_row(progress, DEDUP) or DEFAULT_ID_BYTES_PER_ROW,
+        _measured_bytes_per_row(progress, JOIN_STATE) or DEFAULT_BYTES_PER_ROW,
+        _measured_bytes_per_row(progress, DEDUP_STATE) or DEFAULT_ID_BYTES_PER_ROW,
     )

@@ -29,10 +29,11 @@ import numpy as np
 
 from jobs.accuracy.paced_model import paced_grid
 from jobs.accuracy.recommend import Candidate, default_cadence
-from jobs.accuracy.state_model import DEDUP, JOIN, memory_model, peak_rows
+from jobs.accuracy.state_model import memory_model, peak_rows
 from jobs.accuracy.tradeoff import evaluate, observe, p99, per_ds_rates
 from jobs.spec import Engine, JoinSpec, WindowSpec
 from jobs.storage import fs
+from jobs.storage.progress import DEDUP_STATE, JOIN_STATE
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
 PROMISE_PP = 0.05
@@ -85,7 +86,7 @@ class VerifyResult:
 
     def state_lines(self) -> list[str]:
         """One line per state operator: its peak rows, predicted and measured."""
-        names = {JOIN: "the join's window", DEDUP: "the event-id de-duplication"}
+        names = {JOIN_STATE: "the join's window", DEDUP_STATE: "the event-id de-duplication"}
         return [
             f"state at its peak, {names[kind]}: predicted {r['predicted']:,.0f} rows, measured {r['measured']:,} "
             f"({r['measured'] / max(r['predicted'], 1):.2f}×)"
@@ -245,7 +246,9 @@ def verify(
     res.notes.append(_batches_note(progress, rec))
     if rec.inputs.get("state_rows"):  # per state operator: predicted at its peak, and the most the trial held
         predicted = rec.inputs["state_rows"]
-        res.state_rows = {k: {"predicted": predicted[k], "measured": peak_rows(progress, k)} for k in (JOIN, DEDUP)}
+        res.state_rows = {
+            k: {"predicted": predicted[k], "measured": peak_rows(progress, k)} for k in (JOIN_STATE, DEDUP_STATE)
+        }
     return res
 
 

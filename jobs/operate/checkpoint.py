@@ -48,6 +48,7 @@ from jobs.storage.checkpoints import (
     source_offsets,
     state_store_name,
 )
+from jobs.storage.progress import JOIN_STATE, PACED_STATE, state_operators
 
 log = logging.getLogger("joinshift.checkpoint")
 
@@ -98,14 +99,14 @@ def state_summary(spark, checkpoint: str) -> dict[str, Any]:
     spark.streams.active  # noqa: B018
     meta = [r.asDict() for r in spark.read.format("state-metadata").load(loc).collect()]
     out["operators"] = meta
-    paced = [m["operatorId"] for m in meta if "transformwithstate" in str(m.get("operatorName", "")).lower()]
+    paced = [m["operatorId"] for m in state_operators(meta, PACED_STATE)]
     if paced:
         op_dir = fs.join(loc, "state", str(paced[0]))  # a store per partition: its files in the partition's folder
         parts = [part for part, is_dir in fs.listdir(op_dir) if is_dir and part.isdigit()]
         on_disk = sum(fs.size(fs.join(op_dir, part)) for part in parts)
         summary = paced_state_summary(spark, loc)
         return {"measured": PACED_STATE_NOTE, "operators": meta, "paced": {**summary, "disk_bytes": on_disk}}
-    join_ops = sorted({m["operatorId"] for m in meta if "join" in str(m.get("operatorName", "")).lower()})
+    join_ops = sorted({m["operatorId"] for m in state_operators(meta, JOIN_STATE)})
     op_id = join_ops[0] if join_ops else 0
     out["join_operator_id"] = op_id
     disk = _state_disk_bytes(fs.join(loc, "state", str(op_id)))

@@ -24,7 +24,16 @@ from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 from jobs.storage import fs, kafka
 from jobs.storage.hold import supervisor_dir
-from jobs.storage.progress import JOIN_QUERY, batch_watermark, end_offsets_read, last_progress
+from jobs.storage.progress import (
+    DEDUP_STATE,
+    JOIN_QUERY,
+    JOIN_STATE,
+    PACED_STATE,
+    batch_watermark,
+    end_offsets_read,
+    last_progress,
+    state_operators,
+)
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -255,8 +264,9 @@ PROGRESS_SCHEMA = (
 
 def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
     """One micro-batch of the join query (a progress-log line) as a flat ``stream_progress`` row.
-    The join's state is one operator holding both sides (rows per side: ``checkpoint inspect``);
-    the per-side event-id de-duplication operators are summed as ``dedup_state_rows``."""
+    The join's state is one operator holding both sides (rows per side: ``checkpoint inspect``), or
+    the paced engine's operator; the per-side event-id de-duplication operators are summed as
+    ``dedup_state_rows``."""
     dur = (p.get("durationMs") or {}).get("triggerExecution")
     row: dict[str, Any] = {
         "run_id": p.get("runId"),
@@ -271,8 +281,8 @@ def progress_row(spec: JoinSpec, p: dict) -> dict[str, Any]:
         rates = [x.get("processedRowsPerSecond") for x in srcs if x.get("processedRowsPerSecond") is not None]
         row[f"processed_rate_{side}"] = float(sum(rates)) if rates else None
     ops = p.get("stateOperators") or []
-    join = [o for o in ops if "join" in str(o.get("operatorName", "")).lower()]
-    dedup = [o for o in ops if o not in join]
+    join = state_operators(ops, JOIN_STATE) + state_operators(ops, PACED_STATE)
+    dedup = state_operators(ops, DEDUP_STATE)
     total = lambda os_, k: sum(int(o.get(k) or 0) for o in os_)  # noqa: E731
     row.update(
         {

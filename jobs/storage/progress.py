@@ -249,3 +249,14 @@ def watermark_ms(progress: list[dict[str, Any]]) -> int | None:
         if ms is not None:
             return ms
     return None
+
+
+#: State operators by what their name holds, in a progress line's ``stateOperators`` and in the
+#: checkpoint's ``state-metadata`` alike: the stream-stream join (``symmetricHashJoin``), the
+#: event-id de-duplication per side (``dedupeWithinWatermark``), the paced engine's operator.
+JOIN_STATE, DEDUP_STATE, PACED_STATE = "join", "dedupe", "transformwithstate"
+
+
+def state_operators(operators: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The operators of one kind (:data:`JOIN_STATE`, :data:`DEDUP_STATE`, :data:`PACED_STATE`)."""
+    return [op for op in operators if kind in str(op.get("operatorName", "")).lower()]

@@ -44,6 +44,14 @@ def test_a_progress_line_becomes_one_row_with_every_column(demo_spec):
     assert row["state_memory_bytes"] == 11500 and row["batch_duration_ms"] == 1800
 
 
+def test_the_paced_engines_operator_is_the_joins_state_not_a_de_duplication(demo_spec):
+    p = _progress()
+    paced = {**p["stateOperators"][2], "operatorName": "transformWithStateInPandasExec", "numRowsTotal": 700}
+    p["stateOperators"] = [paced]
+    row = progress_row(demo_spec, p)
+    assert (row["join_state_rows"], row["dedup_state_rows"]) == (700, 0)
+
+
 def test_an_idle_batch_has_zero_inputs_not_missing_ones(demo_spec):
     p = _progress()
     p["sources"] = [{**x, "numInputRows": 0, "processedRowsPerSecond": 0.0} for x in p["sources"]]
