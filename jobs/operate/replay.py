@@ -4,8 +4,9 @@ Used after a change ``joinshift plan`` says needs a fresh checkpoint (window, ke
 schema), after an outage, or when a checkpoint is broken. From the cut-over instant on, the new
 run owns the output:
 
-* each stream is read from ``cut-over − window span − its watermark delay`` (arrival time), found
-  per partition with Kafka's offsets-for-times, so the join state at the cut-over is complete;
+* each stream is read from where a live run's state at the cut-over reaches back to (arrival
+  time, :func:`replay_start`), found per partition with Kafka's offsets-for-times, so the join
+  state at the cut-over is complete;
 * before replaying, every partition must still retain that start: offsets-for-times quietly
   answers with the earliest retained record when the asked time is older, so the timestamps are
   compared, and a gap fails with the alternative (rebuild from the landed Delta tables);
@@ -31,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobs.operate.process import stop_stream_process
 from jobs.settings import Settings
-from jobs.spec import JoinSpec
+from jobs.spec import Engine, JoinSpec
 from jobs.steps.stream import start_streaming_join
 from jobs.storage import fs, kafka
 from jobs.storage.hold import hold, stream_owner
@@ -55,8 +56,25 @@ class ReplayPlan:
 
 
 def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
-    """cut-over − window span − the stream's watermark delay."""
-    return cutover - timedelta(seconds=spec.window.span_seconds) - spec.side(side).watermark_delay
+    """Where a side's replay starts (arrival time): what a live run holds at the cut-over.
+
+    Spark's watermark is the smaller of the two streams' event-time fronts less their delays, so
+    at the cut-over it trails by the larger delay: a left event arriving after it may be that old,
+    and the join holds every right event it can still match, back to that watermark + the
+    window's lower bound. The left events before the cut-over stay out of the join (the old
+    run's), so the left side needs only their ids, for the de-duplication: back to the watermark.
+    An event arrives no earlier than its event time, so these are arrival times too. (Reading
+    from cut-over − window span − the side's own delay missed right events whenever the left
+    delay is over the right's + the window's upper bound, and read more than needed otherwise.)
+    A stream that stopped before the cut-over holds the watermark further back: pick a cut-over
+    after both run again.
+
+    The paced engine's state follows its streams' PTs, not the watermark delays: it is read from
+    cut-over − window span − the side's delay, as before."""
+    if spec.streaming.engine == Engine.paced:
+        return cutover - timedelta(seconds=spec.window.span_seconds) - spec.side(side).watermark_delay
+    watermark = cutover - max(spec.left.watermark_delay, spec.right.watermark_delay)
+    return watermark + min(spec.window.lower, timedelta(0)) if side == "right" else watermark
 
 
 def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None = None) -> ReplayPlan:

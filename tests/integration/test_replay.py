@@ -88,11 +88,82 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(
     assert wanted and wanted <= {(a, b) for a, b, _ in after}  # the rebuilt window finds every match
 
 
-def test_replay_start_is_cutover_minus_span_minus_watermark(demo_spec):
-    from jobs.operate.replay import replay_start
+def test_a_left_stream_later_than_the_right_finds_its_matches_after_the_replay(
+    spark, kafka, demo_spec, own_pipeline_spec, test_settings, test_root
+):
+    """Left events up to 3 h late (a lagging server) against a right watermark of 10 min: the live
+    watermark trails by 3 h, so a left event arriving after the cut-over may be 3 h old, and its
+    window reaches right events from before cut-over − window span − the right's delay (1 h 40 min
+    here). The rebuilt window must hold them, as a live run's does."""
+    from jobs.operate.replay import replay
+    from jobs.spec import WindowSpec, parse_duration
+    from jobs.storage.kafka import create_topic
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
 
-    start = replay_start(demo_spec, "right", CUTOVER)
-    assert (CUTOVER - start).total_seconds() == demo_spec.window.span_seconds + demo_spec.right.watermark_seconds
+    spec = own_pipeline_spec(
+        "replay_late_left",
+        window=WindowSpec(lower=parse_duration("-1h"), upper=parse_duration("+30m")),
+    )
+    spec = spec.model_copy(
+        update={
+            "left": spec.left.model_copy(update={"watermark_delay": parse_duration("3h")}),
+            "right": spec.right.model_copy(update={"watermark_delay": parse_duration("10m")}),
+        }
+    )
+    params = WorkloadParams(
+        left_events_per_day=2000, days=1, seed=8, left_straggler_share=0.5, left_straggler_max=parse_duration("3h")
+    )
+    for st in (spec.left, spec.right):
+        create_topic(kafka, st.topic)
+    wl = generate(params, demo_spec)
+    topics = {demo_spec.left.topic: spec.left.topic, demo_spec.right.topic: spec.right.topic}
+    publish(wl.records.assign(topic=wl.records.topic.map(topics)), kafka)
+
+    replayed = dataclasses.replace(test_settings, storage_root=str(test_root / "replay_late_left" / "replayed"))
+    replay(spark, spec, CUTOVER, bootstrap=kafka, s=replayed)
+    reference = dataclasses.replace(test_settings, storage_root=str(test_root / "replay_late_left" / "reference"))
+    _run(spark, spec, kafka, reference)
+
+    cut = CUTOVER.replace(tzinfo=None)
+    ref = _pairs(spark, spec, reference)
+    wanted = {(a, b) for a, b, la, rt in ref if la >= cut and b is not None}
+    # the case this test is for: pairs whose right event is older than span + the right's delay
+    old_start = cut - (spec.window.upper - spec.window.lower) - spec.right.watermark_delay
+    assert any(rt < old_start for a, b, la, rt in ref if la >= cut and b is not None)
+    got = {(a, b) for a, b, _, _ in _pairs(spark, spec, replayed)}
+    assert wanted <= got, f"{len(wanted - got)} of {len(wanted)} matches missing after the replay"
+
+
+def _pairs(spark, spec, s):
+    """(left id, right id, left arrival, right event time) of the stream's output."""
+    from jobs.join.columns import col_name
+    from jobs.storage.tables import Tables
+
+    df = spark.read.format("delta").load(Tables.of(spec, s).output("stream"))
+    rt = col_name("right", spec.right.event_time)
+    return df.select("left_event_id", "right_event_id", "left_arrival_time", rt).collect()
+
+
+def test_replay_start_is_where_the_live_state_reaches_back_to(demo_spec):
+    """The watermark at the cut-over trails by the larger delay; the right side reaches back a
+    window's lower bound further, the left side (ids only) to the watermark."""
+    from datetime import timedelta
+
+    from jobs.operate.replay import replay_start
+    from jobs.spec import Engine
+
+    trail = max(demo_spec.left.watermark_delay, demo_spec.right.watermark_delay)
+    assert CUTOVER - replay_start(demo_spec, "right", CUTOVER) == trail - demo_spec.window.lower
+    assert CUTOVER - replay_start(demo_spec, "left", CUTOVER) == trail
+    late_left = demo_spec.model_copy(
+        update={"left": demo_spec.left.model_copy(update={"watermark_delay": timedelta(hours=5)})}
+    )
+    assert CUTOVER - replay_start(late_left, "right", CUTOVER) == timedelta(hours=5) - demo_spec.window.lower
+    paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
+    span = timedelta(seconds=demo_spec.window.span_seconds)
+    assert CUTOVER - replay_start(paced, "right", CUTOVER) == span + demo_spec.right.watermark_delay
 
 
 def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):
