@@ -2,8 +2,9 @@
 ### joinshift: replay Kafka to rebuild the streaming join's window (manual)
 
 Trigger with a **cut-over** instant (ISO-8601, UTC): the new run owns the output from there on.
-`check_retention` finds each stream's replay start (cut-over − window span − watermark delay,
-per partition via offsets-for-times) and fails, naming the gap, if Kafka no longer holds it.
+`check_retention` finds each stream's replay start (what a live run's state reaches back to at
+the cut-over: `replay_start`, per partition via offsets-for-times) and fails, naming the gap, if
+Kafka no longer holds it.
 `replay` then holds the pipeline (supervision and increments keep off), stops the supervised
 stream process, keeps the old checkpoint as `<checkpoint>.bak-<UTC>`, and catches up into a fresh
 checkpoint writing each output row once across the switch. The next `joinshift_supervise` run
