@@ -33,7 +33,7 @@ from jobs.accuracy.state_model import memory_model, peak_rows
 from jobs.accuracy.tradeoff import evaluate, observe, p99, per_ds_rates
 from jobs.spec import Engine, JoinSpec, WindowSpec
 from jobs.storage import fs
-from jobs.storage.progress import DEDUP_STATE, JOIN_STATE
+from jobs.storage.progress import DEDUP_STATE, JOIN_QUERY, JOIN_STATE, read_progress
 
 #: |predicted − measured| the product promises on the demo workload, percentage points.
 PROMISE_PP = 0.05
@@ -177,7 +177,6 @@ def predict_trial(
     """``chosen`` (picked for the live cadence) predicted for a replay-as-live trial with
     ``slice_minutes`` slices: the same model at the trial's cadence, so the trial measures the
     model, and the model then speaks for the live stream."""
-    from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 
     cadence = default_cadence(spec, slice_minutes)
@@ -239,7 +238,6 @@ def verify(
     res = compare(
         c.per_ds, c.match_rate, matched, left, c.p99_latency_s, lat, pipeline=trial.pipeline, cadence=rec.cadence
     )
-    from jobs.storage.progress import JOIN_QUERY, read_progress
     from jobs.storage.tables import Tables
 
     progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))

@@ -53,10 +53,6 @@ EXAMPLE_DAYS = ("2026-11-18", "2026-11-19", "2026-11-20")
 _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
 def find_chromium() -> str | None:
     """Debian's Chromium (``apt-get install -y chromium``), else one on PATH; None: none here."""
     if os.access(CHROMIUM_PATH, os.X_OK):
@@ -98,7 +94,7 @@ class AirflowStandalone:
     ) -> None:
         self.home = Path(home)
         self.storage_root = Path(storage_root)
-        self.port = port or free_port()
+        self.port = port or free_ports(1)[0]
         self.password = password
         self.db = db
         self.proc: subprocess.Popen | None = None
@@ -113,6 +109,9 @@ class AirflowStandalone:
         from jobs.local.airflow_env import airflow_env
 
         home = str(self.home)
+        # the scheduler's and triggerer's log servers: free ports too, not the fixed 8793/8794, and
+        # taken in one pick so that they differ from each other and from the API's
+        worker_log, trigger_log = [p for p in free_ports(3) if p != self.port][:2]
         env = dict(os.environ)
         env.update(airflow_env())
         env.update(
@@ -129,9 +128,8 @@ class AirflowStandalone:
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__WORKERS": "1",
-                # the scheduler's and triggerer's log servers: free ports too, not the fixed 8793/8794
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_log),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_log),
                 "AIRFLOW__API__BASE_URL": self.url,
                 "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
                 "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
