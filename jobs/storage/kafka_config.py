@@ -77,9 +77,21 @@ def client_properties(s: Settings) -> dict[str, str]:
     return {k: _resolve(k, v) for k, v in props.items() if k != "bootstrap.servers"}
 
 
+#: What Spark's Kafka source's consumers read with unless the user's properties say otherwise: up to
+#: 20,000 records a poll and 16 MiB a partition a fetch (Kafka's defaults: 500 and 1 MiB). A
+#: replay's catch-up took 0.92x the time, its consumers polling and the broker serving fetches
+#: fewer times (BENCHMARKS, "Where a cold replay's seconds go"); a consumer buffers one fetch.
+SPARK_SOURCE_DEFAULTS = {
+    "max.poll.records": "20000",
+    "max.partition.fetch.bytes": str(16 << 20),
+    "fetch.max.bytes": str(64 << 20),
+}
+
+
 def spark_options(props: dict[str, str]) -> dict[str, str]:
-    """Options for Spark's Kafka source: ``kafka.<property>``, less what Spark manages itself."""
-    return {f"kafka.{k}": v for k, v in props.items() if k not in SPARK_MANAGED}
+    """Options for Spark's Kafka source: ``kafka.<property>`` of :data:`SPARK_SOURCE_DEFAULTS`
+    overlaid with ``props``, less what Spark manages itself."""
+    return {f"kafka.{k}": v for k, v in {**SPARK_SOURCE_DEFAULTS, **props}.items() if k not in SPARK_MANAGED}
 
 
 def python_client_config(props: dict[str, str], known: set[str]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from jobs.settings import Settings, SettingsError
-from jobs.storage.kafka_config import client_properties, python_client_config, spark_options
+from jobs.storage.kafka_config import SPARK_SOURCE_DEFAULTS, client_properties, python_client_config, spark_options
 
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password="{pw}";'
 
@@ -55,7 +55,18 @@ def test_a_missing_properties_file_is_a_settings_error(tmp_path):
 
 def test_spark_gets_every_property_but_those_it_manages():
     opts = spark_options({"security.protocol": "SSL", "auto.offset.reset": "earliest", "client.dns.lookup": "x"})
-    assert opts == {"kafka.security.protocol": "SSL", "kafka.client.dns.lookup": "x"}
+    assert opts == {
+        "kafka.security.protocol": "SSL",
+        "kafka.client.dns.lookup": "x",
+        **{f"kafka.{k}": v for k, v in SPARK_SOURCE_DEFAULTS.items()},
+    }
+
+
+def test_spark_reads_in_large_polls_and_fetches_unless_the_user_says_otherwise():
+    opts = spark_options({})
+    assert opts["kafka.max.poll.records"] == "20000"
+    assert opts["kafka.max.partition.fetch.bytes"] == str(16 << 20)
+    assert spark_options({"max.poll.records": "500"})["kafka.max.poll.records"] == "500"
 
 
 def test_kafka_python_gets_the_same_security_translated():
