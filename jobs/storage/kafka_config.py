@@ -80,7 +80,8 @@ def client_properties(s: Settings) -> dict[str, str]:
 #: What Spark's Kafka source's consumers read with unless the user's properties say otherwise: up to
 #: 20,000 records a poll and 16 MiB a partition a fetch (Kafka's defaults: 500 and 1 MiB). A
 #: replay's catch-up took 0.92x the time, its consumers polling and the broker serving fetches
-#: fewer times (BENCHMARKS, "Where a cold replay's seconds go"); a consumer buffers one fetch.
+#: fewer times (BENCHMARKS, "Where a cold replay's seconds go"). Spark gives each task's consumer
+#: one partition, so it holds at most 16 MiB of fetched records.
 SPARK_SOURCE_DEFAULTS = {
     "max.poll.records": "20000",
     "max.partition.fetch.bytes": str(16 << 20),
