@@ -137,7 +137,11 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from
         .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)])
     )
     if left_from is not None:
-        lw = lw.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(left_from))
+        # `isnull(a) OR`: no arrival time is null, but a bare `a >= t` makes Spark infer
+        # isnotnull(a) and store the column as non-nullable in the join's state, whose schema the
+        # live run (nullable, no such filter) then fails to restart from (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)
+        arrival = F.col(col_name("left", ARRIVAL_TIME))
+        lw = lw.where(arrival.isNull() | (arrival >= F.lit(left_from)))
     rw = (
         prefixed(right, spec, "right")
         .withWatermark(rt, f"{spec.right.watermark_seconds} seconds")
