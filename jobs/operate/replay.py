@@ -19,7 +19,14 @@ run owns the output:
   compute and throw away); rows from the cut-over on are written through an
   insert-only MERGE keyed by (left id, right id), so rows the old run already wrote are not
   written again and rows it never wrote are. Delta's streaming-sink idempotence (keyed by the
-  query id, which a fresh checkpoint changes) would not protect this switch.
+  query id, which a fresh checkpoint changes) would not protect this switch;
+* the catch-up's last micro-batch, one with no data, would only evict by the watermark the data
+  reached (a scan of the whole rebuilt state) and write the non-matches that closes. When the
+  output holds no row of a left event from the cut-over on (the old run stopped before it, or
+  there was none), the native engine skips it: the watermark is in the checkpoint's commit log,
+  and the live run's first micro-batch with data evicts by it in its own scan and appends those
+  non-matches, which nobody wrote before. When the old run ran past the cut-over, its last
+  micro-batches closed some of them already, and they go through the replay's MERGE as before.
 
     joinshift replay --spec include/specs/search_sessions.yaml --cutover 2026-11-20T06:00:00Z
 """
@@ -29,18 +36,23 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
+from pyspark.sql import functions as F
+
+from jobs.join.columns import ARRIVAL_TIME, col_name
 from jobs.operate.process import stop_stream_process
-from jobs.settings import Settings
+from jobs.settings import Settings, settings
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.stream import start_streaming_join
-from jobs.storage import fs, kafka
+from jobs.storage import delta_io, fs, kafka
 from jobs.storage.hold import hold, stream_owner
 from jobs.storage.kafka import RetentionGap
 from jobs.storage.progress import JOIN_QUERY, settle_log
+from jobs.storage.spark import NO_DATA_BATCHES, conf_for
 from jobs.storage.tables import Tables
 
-__all__ = ["RetentionGap", "ReplayPlan", "parse_cutover", "plan_replay", "replay", "replay_start"]
+__all__ = ["RetentionGap", "ReplayPlan", "parse_cutover", "plan_replay", "replay", "replay_start", "written_from"]
 
 log = logging.getLogger("joinshift.replay")
 
@@ -53,6 +65,8 @@ class ReplayPlan:
     checkpoint: str
     backup: str | None = None
     stopped_pid: int | None = None  # the supervised stream process the replay stopped
+    # whether the catch-up ended with a micro-batch without data (module docstring)
+    closing_batch: bool = True
 
 
 def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
@@ -108,20 +122,35 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
             plan.backup = backup_and_clear(plan.checkpoint)
-            (q,) = start_streaming_join(
-                spark,
-                spec,
-                bootstrap=bootstrap,
-                s=s,
-                available_now=True,
-                quarantine=False,
-                starting_offsets={t: o for t, o in plan.offsets.items()},
-                owned_from=cutover,
-            )
-            q.awaitTermination()
+            own = (s or settings()).spark_conf.get(NO_DATA_BATCHES, "").lower() == "true"  # a user's wins
+            plan.closing_batch = own or spec.streaming.engine == Engine.paced or written_from(spark, spec, cutover, s)
+            with conf_for(spark, {} if plan.closing_batch else {NO_DATA_BATCHES: "false"}):
+                (q,) = start_streaming_join(
+                    spark,
+                    spec,
+                    bootstrap=bootstrap,
+                    s=s,
+                    available_now=True,
+                    quarantine=False,
+                    starting_offsets={t: o for t, o in plan.offsets.items()},
+                    owned_from=cutover,
+                )
+                q.awaitTermination()
             settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan
+
+
+def written_from(spark, spec: JoinSpec, cutover: datetime, s: Settings | None = None) -> bool:
+    """Whether the stream's output holds a row of a left event that arrived at or after ``cutover``.
+    Reads the ds partitions from the cut-over's on: a row's ds is its left event's arrival date."""
+    path = Tables.of(spec, s).output("stream")
+    if not delta_io.table_exists(spark, path):
+        return False
+    first_ds = cutover.astimezone(ZoneInfo(spec.timezone)).date()
+    arrived = F.col(col_name("left", ARRIVAL_TIME))
+    rows = spark.read.format("delta").load(path).where((F.col("ds") >= F.lit(first_ds)) & (arrived >= F.lit(cutover)))
+    return not rows.isEmpty()
 
 
 def parse_cutover(text: str) -> datetime:

@@ -33,6 +33,10 @@ from jobs.storage.scratch import driver_scratch, remove_own
 
 log = logging.getLogger("joinshift.spark")
 
+#: Whether a query runs a micro-batch with no data when its watermark has moved, to evict state
+#: and close windows by it: on for every stream; a replay may leave it to the live run (jobs.operate.replay).
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
 #: Settings every joinshift session shares; tests and jobs alike.
 BASE_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -44,7 +48,7 @@ BASE_CONF: dict[str, str] = {
     # changelog checkpointing makes each micro-batch's commit small.
     STATE_STORE_PROVIDER: STATE_STORE_PROVIDERS[StateStore.rocksdb],
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+    NO_DATA_BATCHES: "true",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     # Delta's default, which the stream's sinks rely on: a micro-batch with no rows appends nothing
     # and records no commit, so they need no emptiness check (a second action on the batch)

@@ -77,6 +77,8 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(
     plan = replay(spark, changed, CUTOVER, bootstrap=kafka, s=live)
     after = _rows(spark, changed, live)
     assert plan.backup and Path(plan.backup).exists()  # the old checkpoint is kept
+    # the old run wrote rows from the cut-over on: what the last watermark closes goes through the MERGE
+    assert plan.closing_batch
     assert len({(a, b) for a, b, _ in after}) == len(after)  # nothing written twice
     cut = CUTOVER.replace(tzinfo=None)
     # the old run owns them (before is the table read before the replay: rows, not a DataFrame)
@@ -98,6 +100,8 @@ def test_a_left_stream_later_than_the_right_finds_its_matches_after_the_replay(
     from jobs.operate.replay import replay
     from jobs.spec import WindowSpec, parse_duration
     from jobs.storage.kafka import create_topic
+    from jobs.storage.progress import JOIN_QUERY, read_progress
+    from jobs.storage.tables import Tables
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
     from jobs.workload.publisher import publish
@@ -122,9 +126,15 @@ def test_a_left_stream_later_than_the_right_finds_its_matches_after_the_replay(
     publish(wl.records.assign(topic=wl.records.topic.map(topics)), kafka)
 
     replayed = dataclasses.replace(test_settings, storage_root=str(test_root / "replay_late_left" / "replayed"))
-    replay(spark, spec, CUTOVER, bootstrap=kafka, s=replayed)
-    # the live run goes on from the replay's checkpoint: its first micro-batch with data (a click
-    # sent again: dropped as a duplicate, and no newer event time) reads the replay's state
+    plan = replay(spark, spec, CUTOVER, bootstrap=kafka, s=replayed)
+    # no output before it: the catch-up ends with its last micro-batch of data, and the non-matches
+    # the watermark it reached closes wait for the live run (one micro-batch of data: the data
+    # batch's own eviction ran with no watermark yet)
+    assert not plan.closing_batch
+    assert read_progress(Tables.of(spec, replayed).progress_log(JOIN_QUERY))[-1]["numInputRows"] > 0
+    assert not [p for p in _pairs(spark, spec, replayed) if p[1] is None]
+    # the live run's first micro-batch with data (a click sent again: dropped as a duplicate, and
+    # no newer event time) writes them, once
     clicks = wl.records[wl.records.topic == demo_spec.right.topic]
     publish(clicks.tail(1).assign(topic=spec.right.topic), kafka)
     _run(spark, spec, kafka, replayed)
