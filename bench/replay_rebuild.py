@@ -12,8 +12,8 @@ the cut-over. Reported per rate:
   rate, 20,000 left events a day); ``replayed_span ÷ rebuild_s`` counts the watermark delay too;
 * records replayed, records/s, and the join state's rows per side afterwards (Spark's state data
   source), so the rebuilt window can be checked against what the cut-over needs;
-* ``closing_batch``: whether the catch-up ended with a micro-batch without data (its topics hold
-  no earlier output, so not unless a ``spark_conf`` asks for it: ``jobs.operate.replay``);
+* ``closing_batch``: whether the catch-up ended with a micro-batch without data (the bench's
+  output table is empty before it, so not unless a ``spark_conf`` asks for it: ``jobs.operate.replay``);
 * ``spark_start_s``: the cold Spark session of the run, which a ``joinshift replay`` CLI call pays
   on top.
 

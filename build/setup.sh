@@ -78,6 +78,7 @@ quietly .venv/compile.log "compiling the project's modules failed: fix the file 
 
 # --- 2. JVM jars ---------------------------------------------------------------------------
 wait "$jars" || exit 1  # a failed resolve has said what to do
+trap - EXIT  # its pid is free again: nothing of it to kill
 if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved; then
   # Spark gets only the jars pyspark does not ship itself: two versions of one library on
   # the classpath (scala-library, hadoop, jackson, ...) break it in subtle ways.

@@ -122,8 +122,11 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
             plan.backup = backup_and_clear(plan.checkpoint)
-            own = (s or settings()).spark_conf.get(NO_DATA_BATCHES, "").lower() == "true"  # a user's wins
-            plan.closing_batch = own or spec.streaming.engine == Engine.paced or written_from(spark, spec, cutover, s)
+            users = (s or settings()).spark_conf.get(NO_DATA_BATCHES)
+            if users is not None:  # a user's setting wins
+                plan.closing_batch = users.strip().lower() == "true"
+            else:
+                plan.closing_batch = spec.streaming.engine == Engine.paced or written_from(spark, spec, cutover, s)
             with conf_for(spark, {} if plan.closing_batch else {NO_DATA_BATCHES: "false"}):
                 (q,) = start_streaming_join(
                     spark,

@@ -108,6 +108,23 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert "success" in _state(dr)
     second = StreamProcess(path, ps)
     assert second.find() and second.pid != first.pid, "supervision starts the stream again after the replay"
+    # and it reads from the replay's checkpoint: a new click makes a micro-batch with data, which
+    # loads the join's state the replay wrote (a schema the live plan refused once: test_replay.py)
+    from jobs.local.chaos import wait_until
+    from jobs.storage.progress import read_progress
+    from tests.integration.test_stream_semantics import at, publish, right
+
+    log = Tables.of(ps).progress_log("stream_join")
+    runs_before = {p.get("runId") for p in read_progress(log)}
+    publish(kafka, ps, [right("R-after-replay", "s-after-replay", at(20, "23:00"), at(20, "23:01"))])
+
+    def read_after_replay() -> bool:
+        new = [p for p in read_progress(log) if p.get("runId") not in runs_before]
+        return any(p["numInputRows"] > 0 for p in new)
+
+    assert wait_until(read_after_replay, 180), "the stream started after the replay read nothing"
+    again = StreamProcess(path, ps)
+    assert again.find() and again.pid == second.pid, "the stream started after the replay did not stay up"
     samples = health_log(ps).read_text().splitlines()
     assert len(samples) >= 4 + 1
     progress = spark.read.format("delta").load(Tables.of(ps).stream_progress)  # one row per micro-batch
