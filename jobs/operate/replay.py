@@ -122,11 +122,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
             plan.backup = backup_and_clear(plan.checkpoint)
-            users = (s or settings()).spark_conf.get(NO_DATA_BATCHES)
-            if users is not None:  # a user's setting wins
-                plan.closing_batch = users.strip().lower() == "true"
-            else:
-                plan.closing_batch = spec.streaming.engine == Engine.paced or written_from(spark, spec, cutover, s)
+            plan.closing_batch = _ends_with_closing_batch(spark, spec, cutover, s)
             with conf_for(spark, {} if plan.closing_batch else {NO_DATA_BATCHES: "false"}):
                 (q,) = start_streaming_join(
                     spark,
@@ -142,6 +138,16 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
             settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record
     log.info("replay of %s from cut-over %s done", spec.pipeline, cutover.isoformat())
     return plan
+
+
+def _ends_with_closing_batch(spark, spec: JoinSpec, cutover: datetime, s: Settings | None) -> bool:
+    """Whether the catch-up ends with a micro-batch without data (module docstring): a user's
+    ``spark_conf`` decides; else always with the paced engine, and with the native one when the
+    output holds a row from the cut-over on."""
+    users = (s or settings()).spark_conf.get(NO_DATA_BATCHES)
+    if users is not None:
+        return users.strip().lower() == "true"
+    return spec.streaming.engine == Engine.paced or written_from(spark, spec, cutover, s)
 
 
 def written_from(spark, spec: JoinSpec, cutover: datetime, s: Settings | None = None) -> bool:
