@@ -185,6 +185,20 @@ def test_replay_start_is_where_the_live_state_reaches_back_to(demo_spec):
     assert CUTOVER - replay_start(paced, "right", CUTOVER) == span + demo_spec.right.watermark_delay
 
 
+def test_a_users_no_data_batch_setting_decides_the_closing_micro_batch(demo_spec, test_settings):
+    """A user's ``spark_conf`` wins either way, before the output is read (no Spark here); without
+    it the paced engine always closes with a micro-batch without data."""
+    from jobs.operate.replay import _ends_with_closing_batch
+    from jobs.spec import Engine
+    from jobs.storage.spark import NO_DATA_BATCHES
+
+    paced = demo_spec.model_copy(update={"streaming": demo_spec.streaming.model_copy(update={"engine": Engine.paced})})
+    users = lambda value: dataclasses.replace(test_settings, spark_conf={NO_DATA_BATCHES: value})  # noqa: E731
+    assert _ends_with_closing_batch(None, demo_spec, CUTOVER, users("TRUE")) is True
+    assert _ends_with_closing_batch(None, paced, CUTOVER, users("false")) is False
+    assert _ends_with_closing_batch(None, paced, CUTOVER, test_settings) is True
+
+
 def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):
     from kafka import KafkaAdminClient, TopicPartition
 
