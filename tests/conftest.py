@@ -80,13 +80,16 @@ def test_settings():
 #: The test session's Spark: small data, so few partitions, and queries interpreted rather than
 #: compiled (Janino compiling whole-stage and expression code costs more than it saves on
 #: thousands of rows: 0.86x the CPU of three Spark-heavy modules, BENCHMARKS "The test suite on
-#: two workers"). The processes the tests start (CLI, supervised streams) keep the product's
-#: settings, code generation included.
+#: two workers"); and without adaptive query execution, whose re-planning after each stage buys
+#: nothing on two partitions of small data (0.92x the CPU of four driver-heavy modules, the demo
+#: pipeline's build 0.96x: BENCHMARKS "The suite test by test"). The processes the tests start
+#: (CLI, supervised streams) keep the product's settings, code generation and AQE included.
 TEST_SPARK_CONF = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
 }
 
 
