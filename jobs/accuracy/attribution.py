@@ -333,14 +333,23 @@ def account_ds(
     rows = classify_misses(spec, missed_left, right).collect()
 
     cut = behind_cutoff(spec, baseline, ds)
+    # S (with whether a match crossed the baseline's cut-off) beside B: |S|, |B|, |B∖S| and the
+    # rows of S∖B in one job, not four
     by_left = (
         stream_out.where(F.col(col_name("right", spec.right.id)).isNotNull())
         .groupBy(F.col(left_id).alias("_lid"))
         .agg((F.max(cut) if cut is not None else F.lit(False)).alias("_cut"))
     )
-    gains = s_ids.join(b_ids, "_lid", "left_anti").join(by_left, "_lid").collect()
+    sides = by_left.withColumn("_s", F.lit(True)).join(b_ids.withColumn("_b", F.lit(True)), "_lid", "full_outer")
+    tally = sides.agg(
+        F.count("_s").alias("n_s"),
+        F.count("_b").alias("n_b"),
+        F.count(F.when(F.col("_s").isNull(), True)).alias("n_missed"),
+        F.collect_list(F.when(F.col("_b").isNull(), F.struct("_lid", "_cut"))).alias("gains"),
+    ).collect()[0]  # a global aggregation: one row
+    gains = tally["gains"]
+    n_s, n_b, n_missed = tally["n_s"], tally["n_b"], tally["n_missed"]
     n_left = left.select(spec.left.id).distinct().count()  # landed ids are unique: compare's N
-    n_s, n_b, n_missed = s_ids.count(), b_ids.count(), missed.count()
 
     counts = {c: 0 for c in CAUSES}
     by_hour = {h: {c: 0 for c in CAUSES} for h in range(24)}
