@@ -27,58 +27,56 @@ quietly() {
 }
 
 # --- 2, started first. The JVM jars from Maven Central, in the background while section 1
-# installs Python's: both mostly wait on the network (Maven took 14 s of a fresh clone's 115 s) -----
-resolve() {  # resolve <pom dir> <target dir>
-  local pom=build/$1/pom.xml out=.cache/jars/$2
+# installs Python's: both mostly wait on the network. Spark's (~25 s) and Kafka's (~10 s) resolve
+# side by side, each into a Maven repository of its own (two Mavens must not write one): the
+# class archive below waits for Spark's and Python's, not for Kafka's -------------------------
+resolve() {  # resolve <pom dir> <target dir> <maven repository>
+  local pom=build/$1/pom.xml out=.cache/jars/$2 repo=$ROOT/.cache/$3
   local h; h=$(sha256sum "$pom" | cut -c1-16)
   if [ -f "$out/.resolved" ] && [ "$(cat "$out/.resolved")" = "$h" ]; then return; fi
   say "resolving $1 jars from Maven Central into $out"
   rm -rf "$out" && mkdir -p "$out"
   quietly "$out/maven.log" "resolving $1 failed: check the network to Maven Central and rerun make setup" \
-    mvn -q -B -f "$pom" -Dmaven.repo.local="$ROOT/.cache/m2" dependency:copy-dependencies \
+    mvn -q -B -f "$pom" -Dmaven.repo.local="$repo" dependency:copy-dependencies \
       -DoutputDirectory="$ROOT/$out" -DincludeScope=runtime
   echo "$h" > "$out/.resolved"
 }
+resolve spark spark-all m2 &
+spark_jars=$!
 (
-  resolve kafka kafka
-  resolve kafka-tools kafka-tools  # ConsumerPerformance, for bench.decompose
-  resolve spark spark-all
+  resolve kafka kafka m2-kafka
+  resolve kafka-tools kafka-tools m2-kafka  # ConsumerPerformance, for bench.decompose
 ) &
-jars=$!
-# a failed Python install leaves no Maven running behind it
-trap 'pkill -P "$jars" 2>/dev/null || true; kill "$jars" 2>/dev/null || true' EXIT
+kafka_jars=$!
+# a failed step leaves no Maven (nor the class archive's JVM, below) running behind it
+background="$spark_jars $kafka_jars"
+stop_background() {
+  for pid in $background; do pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
+}
+trap stop_background EXIT
 
 # --- 1. Python ----------------------------------------------------------------------------
 # uv installs the pinned dependencies (the same set pip resolves): 34 s on a fresh clone with its
 # cache empty, against pip's 60 s from a warm pip cache, as it unpacks in parallel (measured
-# 2026-11-26). It is pinned here and put into .venv by pip. Then every module's bytecode is compiled,
-# as pip does at install and uv does not: left to the first import, a Python told not to write it
-# (PYTHONDONTWRITEBYTECODE, set in CI's containers) compiles pandas, PySpark and pydantic again in
-# every process, and Spark starts many (its workers, a Python source's runner): 4.7-5.7 s -> 1.3-1.7 s
-# to import them here (2026-11-27).
+# 2026-11-26). It is pinned here and put into .venv by pip. Their bytecode is compiled in section 2.
 UV_VERSION=0.13.8
 site_packages() { .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 req_hash=$( (cat pyproject.toml; echo "uv $UV_VERSION, compileall") | sha256sum | cut -c1-16)
+compile_deps=0
 if [ ! -f .venv/.installed ] || [ "$(cat .venv/.installed)" != "$req_hash" ]; then
   say "creating .venv and installing pinned dependencies (a minute or two the first time)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   pip_failed="installing the Python dependencies failed: fix and rerun make setup"
   quietly .venv/install-uv.log "$pip_failed" .venv/bin/python -m pip install -q "uv==$UV_VERSION"
   quietly .venv/install-deps.log "$pip_failed" .venv/bin/uv pip install -q --python .venv/bin/python -e ".[dev]"
-  quietly .venv/compile.log "compiling the dependencies' bytecode failed: rerun make setup" \
-    .venv/bin/python -m compileall -q -j0 "$(site_packages)"
-  echo "$req_hash" > .venv/.installed
+  compile_deps=1  # below, beside the class archive's JVM
 fi
-# the project's own modules too (the editable install leaves them in place): a no-op when current
-quietly .venv/compile.log "compiling the project's modules failed: fix the file named above and rerun make setup" \
-  .venv/bin/python -m compileall -q jobs dags plugins bench
 # Spark's Python processes import the installed, compiled PySpark, not its zip copy (~1.7 s each):
 # build/pyspark_path.py, which the Airflow image runs too
 .venv/bin/python build/pyspark_path.py
 
 # --- 2. JVM jars ---------------------------------------------------------------------------
-wait "$jars" || exit 1  # a failed resolve has said what to do
-trap - EXIT  # its pid is free again: nothing of it to kill
+wait "$spark_jars" || exit 1  # a failed resolve has said what to do
 if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved; then
   # Spark gets only the jars pyspark does not ship itself: two versions of one library on
   # the classpath (scala-library, hadoop, jackson, ...) break it in subtle ways.
@@ -116,11 +114,31 @@ if [ ! -f "$localfs/.built" ] || [ "$(cat "$localfs/.built")" != "$fs_hash" ]; t
 fi
 
 # The driver JVM's class-data archive (AppCDS), one per JDK and jar set: a fresh Spark process
-# reaches its first Delta write 1.5x sooner (bench/jvm_start.py). Spark runs without it too.
+# reaches its first Delta write 1.5x sooner (bench/jvm_start.py). Spark runs without it too. Its
+# JVM (~1.5 cores for ~40 s) runs in the background while the bytecode compiles and Airflow's
+# database is made, which fill the other core.
+cds=
 if ! .venv/bin/python -c "import sys; from jobs.settings import settings; from jobs.storage.spark import class_archive; sys.exit(not class_archive(settings()).exists())" 2>/dev/null; then
-  say "writing the Spark driver's class-data archive into .cache/cds (once, ~30 s)"
-  .venv/bin/python -m jobs.storage.class_archive >/dev/null || say "no class archive written: Spark processes start without it"
+  say "writing the Spark driver's class-data archive into .cache/cds (once, ~40 s)"
+  (.venv/bin/python -m jobs.storage.class_archive >/dev/null || say "no class archive written: Spark processes start without it") &
+  cds=$!
+  background="$background $cds"
 fi
+
+# The dependencies' bytecode, as pip compiles it at install and uv does not: left to the first
+# import, a Python told not to write it (PYTHONDONTWRITEBYTECODE, set in CI's containers) compiles
+# pandas, PySpark and pydantic again in every process, and Spark starts many (its workers, a Python
+# source's runner): 4.7-5.7 s -> 1.3-1.7 s to import them here (2026-11-27). Test folders are left
+# out: nothing imports them (a fifth of the source).
+if [ "$compile_deps" = 1 ]; then
+  say "compiling the dependencies' bytecode"
+  quietly .venv/compile.log "compiling the dependencies' bytecode failed: rerun make setup" \
+    .venv/bin/python -m compileall -q -j0 -x '/tests?/' "$(site_packages)"
+  echo "$req_hash" > .venv/.installed
+fi
+# the project's own modules too (the editable install leaves them in place): a no-op when current
+quietly .venv/compile.log "compiling the project's modules failed: fix the file named above and rerun make setup" \
+  .venv/bin/python -m compileall -q jobs dags plugins bench
 
 # --- 3. A browser for the Airflow UI page's test (Debian's chromium) -----------------------------
 if ! command -v chromium >/dev/null 2>&1; then
@@ -140,4 +158,7 @@ if [ ! -f .airflow/airflow.db ]; then
   mkdir -p .airflow
   .venv/bin/joinshift airflow db migrate >/dev/null
 fi
+wait "$kafka_jars" || exit 1
+if [ -n "$cds" ]; then wait "$cds" || true; fi
+trap - EXIT  # their pids are free again: nothing of them to kill
 say "ready"
