@@ -18,20 +18,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 #: to new output on an idle 2-core machine (measured). 3 in `make test` (with 5 it measured 20:08, over the budget);
 #: `python -m bench.chaos --kills 20` is the long run.
 KILLS = int(os.environ.get("JOINSHIFT_CHAOS_KILLS", "3"))
-#: The supervised stream process lives seconds between kills, so its JIT stops at C1: no C2
-#: compiles of start-up code, 0.76x the CPU for the broker-bounce test (BENCHMARKS, "The
-#: suite's short-lived JVMs"). A live stream keeps the JVM's default.
-SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
 
 
 def _supervised(test_settings, test_root, name: str):
     """The supervised stream process's settings: a storage root of its own and, as a separate JVM
-    killed every few seconds, a small heap and C1 alone."""
+    killed every few seconds, a small heap (its JIT stops at C1, as for every process the tests
+    start: ``tests/conftest.py``, 0.76x the CPU for the broker-bounce test)."""
     return dataclasses.replace(
-        test_settings,
-        storage_root=str(test_root / name / "supervised"),
-        spark_driver_memory="1g",
-        spark_driver_java_options=SHORT_LIVED_JVM,
+        test_settings, storage_root=str(test_root / name / "supervised"), spark_driver_memory="1g"
     )
 
 

@@ -27,6 +27,19 @@ def test_a_steps_conf_is_set_for_its_block_only_and_the_users_wins(spark, test_s
     assert spark.conf.get(key) == before
 
 
+def test_the_sessions_driver_keeps_c2_and_the_processes_the_tests_start_stop_at_c1(spark, test_settings):
+    """The test session's driver runs the whole suite and keeps the JVM's default JIT; a process a
+    test starts (through ``settings_env``, as a supervised stream does, or the inherited environment)
+    stops at C1 (``tests/conftest.py``). Under pytest-xdist the worker inherits the controller's
+    environment, which must not reach the worker's own driver."""
+    from jobs.settings import settings_env
+
+    mx = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert not [a for a in mx.getInputArguments() if "TieredStopAtLevel" in a]
+    child = settings_env(test_settings)["JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS"].split()
+    assert child[0] == "-XX:TieredStopAtLevel=1", child
+
+
 def test_a_local_driver_writes_file_modes_and_reads_links_through_java_not_hadoops_processes(spark, tmp_path):
     """The local file system of a local driver (build/localfs): the modes and links Hadoop's own
     gives, through Java's file API instead of a ``chmod``/``readlink`` process per file; Delta's log
