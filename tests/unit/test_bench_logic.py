@@ -199,3 +199,44 @@ def test_the_sweep_bench_refuses_no_timed_run_or_a_negative_warm_up(args, capsys
         main(args)
     assert exc.value.code == 2
     assert "--repeat takes 1 or more" in capsys.readouterr().err
+
+
+def test_the_watermark_passes_a_threshold_at_the_first_arrival_of_an_event_past_it_by_the_delay():
+    from bench.latency import watermark_passes_at
+
+    event = [10_000, 50_000, 40_000, 90_000]
+    arrival = [11_000, 70_000, 60_000, 91_000]
+    # a 5 s delay: past 30 s once an event after 35 s arrived: the one at 40 s, at 60 s, before the
+    # one at 50 s; past 45 s only by the one at 90 s; past 85 s never (90 s - 5 s is not past it)
+    got = watermark_passes_at(event, arrival, 5, [30_000, 44_999, 45_000, 84_999, 85_000])
+    assert got.tolist() == [60_000, 70_000, 91_000, 91_000, float("inf")]
+
+
+def test_a_non_match_splits_into_the_datas_wait_for_the_watermark_and_the_engines_share():
+    from types import SimpleNamespace as Row
+
+    from bench.latency import unmatched_split
+
+    # window upper 60 s; left watermark 0 s, right 30 s. The left event at 0 s is final once both
+    # watermarks are past 60 s: the left's at the arrival of a left event after 60 s (61 s), the
+    # right's at the arrival of a click after 90 s (the click at 95 s, arriving at 99 s): 99 s of
+    # data, 9 s beyond upper + the right watermark (no click after 90 s arrived before 99 s: the
+    # freshest trailed the wall clock). Emitted at 107 s: 8 s of engine.
+    left = ([0, 61_000], [500, 61_000])
+    right = ([80_000, 95_000, 120_000], [130_000, 99_000, 121_000])
+    rows = [Row(latency=107.0, left_ms=0, emitted_ms=107_000)]
+    got = unmatched_split(rows, [(left, 0.0), (right, 30.0)], 60.0)
+    assert got["watermark_never_passed"] == 0
+    assert (got["data_p99_s"], got["freshness_lag_p99_s"], got["engine_p99_s"]) == (99.0, 9.0, 8.0)
+    assert got["the_p99_row"] == {"latency_s": 107.0, "data_s": 99.0, "freshness_lag_s": 9.0, "engine_s": 8.0}
+
+
+def test_the_latency_bench_reads_the_generators_times_as_milliseconds_and_keeps_the_published():
+    import pandas as pd
+
+    from bench.latency import _published
+
+    t = pd.to_datetime([1_000, 2_000, 9_000], unit="ms", utc=True).as_unit("ms")  # the generator's unit
+    side = pd.DataFrame({"event_time": t, "arrival_time": t + pd.Timedelta(seconds=1)})
+    event, arrival = _published(side, 2_000, 10_000)  # the last one arrives at the stop: not published
+    assert (event.tolist(), arrival.tolist()) == ([1_000, 2_000], [2_000, 3_000])
