@@ -216,6 +216,8 @@ def progress_summary(progress) -> dict[str, Any]:
         "micro_batches": sum(1 for p in progress if p.numInputRows),
         "in_batches_s": inside,
         "median_ms": {k: statistics.median(p.durationMs.get(k, 0) for p in busy) for k in STEPS} if busy else {},
+        # each micro-batch's rows and time, in order: where a run's seconds sit (a slow first one?)
+        "batches": [[p.numInputRows, p.durationMs.get("triggerExecution", 0)] for p in progress],
     }
 
 

@@ -81,11 +81,17 @@ def client_properties(s: Settings) -> dict[str, str]:
 #: 20,000 records a poll and 16 MiB a partition a fetch (Kafka's defaults: 500 and 1 MiB). A
 #: replay's catch-up took 0.92x the time, its consumers polling and the broker serving fetches
 #: fewer times (BENCHMARKS, "Where a cold replay's seconds go"). Spark gives each task's consumer
-#: one partition, so it holds at most 16 MiB of fetched records.
+#: one partition, so it holds at most 16 MiB of fetched records. A fetch the broker parks at a
+#: partition's end for at most 20 ms, not Kafka's 500: the consumer fetches ahead, so a task that
+#: read a partition to its end leaves such a fetch in flight, and the next micro-batch's task on
+#: that cached consumer waited out the rest of the 500 ms before its first record (Spark's Kafka
+#: source alone read 2.4x as fast over a backlog; BENCHMARKS, "The Kafka source's parked fetch").
+#: A live fetch still returns as soon as a record arrives.
 SPARK_SOURCE_DEFAULTS = {
     "max.poll.records": "20000",
     "max.partition.fetch.bytes": str(16 << 20),
     "fetch.max.bytes": str(64 << 20),
+    "fetch.max.wait.ms": "20",
 }
 
 

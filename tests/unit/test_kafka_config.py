@@ -69,6 +69,11 @@ def test_spark_reads_in_large_polls_and_fetches_unless_the_user_says_otherwise()
     assert spark_options({"max.poll.records": "500"})["kafka.max.poll.records"] == "500"
 
 
+def test_spark_parks_a_fetch_at_a_partitions_end_briefly_unless_the_user_says_otherwise():
+    assert spark_options({})["kafka.fetch.max.wait.ms"] == "20"
+    assert spark_options({"fetch.max.wait.ms": "500"})["kafka.fetch.max.wait.ms"] == "500"
+
+
 def test_kafka_python_gets_the_same_security_translated():
     props = {
         "security.protocol": "SASL_SSL",
