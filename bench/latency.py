@@ -48,6 +48,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -265,7 +266,7 @@ def unmatched_split(rows, sides, upper_s: float) -> dict[str, object]:
     return out
 
 
-def plot(result: dict[str, object], path: Path) -> None:
+def plot(result: dict[str, Any], path: Path) -> None:
     """The bound's terms beside the non-matches' rows at p50 and p99, part by part (stacked bars)."""
     import matplotlib
 
