@@ -27,13 +27,23 @@ def key_condition(spec: JoinSpec) -> Column:
     return cond
 
 
-def window_condition(spec: JoinSpec) -> Column:
-    """``right.t BETWEEN left.t + lower AND left.t + upper``, bounds inclusive (paper §3)."""
+def window_condition(spec: JoinSpec, *, stream: bool = False) -> Column:
+    """``right.t BETWEEN left.t + lower AND left.t + upper``, bounds inclusive (paper §3).
+
+    A stream's condition adds intervals to the time columns: the form Spark reads a stream-stream
+    join's state eviction from. Everywhere else the same test compares microseconds since the epoch:
+    Spark adds a day-time interval to a timestamp through a ``ZonedDateTime``, twice a candidate
+    pair, 6 % of a 10 M-event batch join's task CPU (``bench.batch_vs_duckdb``). Both are exact."""
     lt = F.col(col_name("left", spec.left.event_time))
     rt = F.col(col_name("right", spec.right.event_time))
-    lower = F.expr(f"INTERVAL {spec.window.lower_seconds} SECONDS")
-    upper = F.expr(f"INTERVAL {spec.window.upper_seconds} SECONDS")
-    return (rt >= lt + lower) & (rt <= lt + upper)
+    if stream:
+        lower = F.expr(f"INTERVAL {spec.window.lower_seconds} SECONDS")
+        upper = F.expr(f"INTERVAL {spec.window.upper_seconds} SECONDS")
+        return (rt >= lt + lower) & (rt <= lt + upper)
+    lt_us, rt_us = F.unix_micros(lt), F.unix_micros(rt)
+    return (rt_us >= lt_us + F.lit(spec.window.lower_seconds * 1_000_000)) & (
+        rt_us <= lt_us + F.lit(spec.window.upper_seconds * 1_000_000)
+    )
 
 
 def predicate_sql(spec: JoinSpec) -> str | None:
@@ -56,9 +66,10 @@ def predicate_columns(spec: JoinSpec, side: str) -> list[str]:
     return [c for s, c in predicate_refs(spec.join.predicate) if s == side]
 
 
-def match_condition(spec: JoinSpec, *, windowed: bool = True) -> Column:
+def match_condition(spec: JoinSpec, *, windowed: bool = True, stream: bool = False) -> Column:
     """When a left and a right event (prefixed columns) match: key AND window (unless
-    ``windowed=False``, the key-only baselines) AND the spec's predicate, if any.
+    ``windowed=False``, the key-only baselines) AND the spec's predicate, if any; ``stream=True``
+    for a stream-stream join (:func:`window_condition`).
 
     Example::
 
@@ -66,7 +77,7 @@ def match_condition(spec: JoinSpec, *, windowed: bool = True) -> Column:
     """
     cond = key_condition(spec)
     if windowed:
-        cond = cond & window_condition(spec)
+        cond = cond & window_condition(spec, stream=stream)
     extra = predicate_sql(spec)
     if extra is not None:
         _check_parses(extra, spec)
@@ -148,7 +159,7 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from
         .dropDuplicatesWithinWatermark([col_name("right", spec.right.id)])
     )
     how = "left_outer" if spec.join.type == JoinType.left_outer else "inner"
-    return lw.join(rw, match_condition(spec), how).select(*output_columns(spec))
+    return lw.join(rw, match_condition(spec, stream=True), how).select(*output_columns(spec))
 
 
 def output_keys(spec: JoinSpec) -> list[str]:

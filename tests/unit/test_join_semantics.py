@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from tiny_spec import tiny_spec, tiny_spec_data
 
-from jobs.join.conditions import join_events, join_streams
+from jobs.join.conditions import join_events, join_streams, match_condition
 from jobs.spec import parse_spec
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
@@ -69,6 +69,25 @@ def test_bounds_are_inclusive_and_keys_must_be_equal(spark):
         join_events(left, right, spec, windowed=False),
         [("L1", "R_after"), ("L1", "R_before"), ("L1", "R_lower"), ("L1", "R_upper")],
     )
+
+
+def test_the_batch_window_is_exact_to_the_microsecond_and_adds_no_interval(spark):
+    """The batch condition compares microseconds (no zone lookup a pair); the stream's keeps the
+    interval form Spark derives the join state's eviction from. Both keep the bounds inclusive."""
+    from datetime import timedelta
+
+    spec = tiny_spec()
+    left = events(spark, [("L1", "a", "12:00:00", "12:00:01")])
+    us = timedelta(microseconds=1)
+    at = [("R_lower", ts("11:50:00")), ("R_under", ts("11:50:00") - us), ("R_upper", ts("12:05:00")),
+          ("R_over", ts("12:05:00") + us)]  # fmt: skip
+    right = spark.createDataFrame(
+        [(rid, "a", t, ts("12:06:00"), 0, i, date(2026, 11, 20)) for i, (rid, t) in enumerate(at)], SCHEMA
+    )
+    batch = join_events(left, right, spec, windowed=True)
+    assert_pairs(batch, [("L1", "R_lower"), ("L1", "R_upper")])
+    assert "INTERVAL" not in batch._jdf.queryExecution().optimizedPlan().toString()
+    assert "INTERVAL" in str(match_condition(spec, stream=True))  # its bounds: the stream tests below
 
 
 def test_left_outer_keeps_unmatched_left_with_null_right_and_inner_drops_it(spark):
