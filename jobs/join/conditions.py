@@ -33,7 +33,8 @@ def window_condition(spec: JoinSpec, *, stream: bool = False) -> Column:
     A stream's condition adds intervals to the time columns: the form Spark reads a stream-stream
     join's state eviction from. Everywhere else the same test compares microseconds since the epoch:
     Spark adds a day-time interval to a timestamp through a ``ZonedDateTime``, twice a candidate
-    pair, 6 % of a 10 M-event batch join's task CPU (``bench.batch_vs_duckdb``). Both are exact."""
+    pair: 6 % of a 10 M-event batch join's task samples in a profile (BENCHMARKS.md, "The window's
+    bounds in microseconds"). Both are exact."""
     lt = F.col(col_name("left", spec.left.event_time))
     rt = F.col(col_name("right", spec.right.event_time))
     if stream:
