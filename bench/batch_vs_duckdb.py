@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.spec.source import BatchTable
     from jobs.steps import batch as batch_step
     from jobs.storage import batch_input, delta_io
-    from jobs.storage.spark import JOIN_SHUFFLE_PARTITIONS, conf_for, get_spark
+    from jobs.storage.spark import get_spark, join_conf
     from jobs.storage.tables import Tables
 
     root = Path(args.root).resolve()
@@ -290,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                 spec,
                 windowed=True,
             )
-            # at the join's own shuffle partitions, as run_variant runs it (the session's 4 sort-merge)
-            with conf_for(spark, {"spark.sql.shuffle.partitions": str(JOIN_SHUFFLE_PARTITIONS)}, s):
+            # under the join's own settings, as run_variant runs it (the session's 4 partitions sort-merge)
+            with join_conf(spark, s):
                 w, ran, _ = stages.run(joined.write.format("noop").mode("overwrite").save)
             join_noop_s, join_noop_cpu = round(w, 2), spark_parts(ran)
             # DuckDB's operators, in one more run with its profiler on (not among the timed runs)

@@ -29,7 +29,7 @@ from jobs.join.variants import DAILY_VARIANTS, is_windowed, missing_days, right_
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
 from jobs.storage import batch_input, delta_io
-from jobs.storage.spark import JOIN_SHUFFLE_PARTITIONS, conf_for
+from jobs.storage.spark import join_conf
 from jobs.storage.tables import Tables
 
 log = logging.getLogger("joinshift.batch")
@@ -73,7 +73,7 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
     left = batch_input.read_side(spark, tables, "left", [ds], made_by=land)
     right = batch_input.read_side(spark, tables, "right", days, made_by=land)
     out = join_events(left, right, spec, windowed=is_windowed(variant))
-    with conf_for(spark, {"spark.sql.shuffle.partitions": str(JOIN_SHUFFLE_PARTITIONS)}, tables.settings):
+    with join_conf(spark, tables.settings):
         n = delta_io.replace_partitions(out, tables.output(variant), {"ds": [ds]}, **output_layout(spec))
     log.info("%s ds=%s: %d rows from right days %s", variant, ds, n, [str(d) for d in days])
     return n

@@ -96,6 +96,12 @@ def conf_for(spark: SparkSession, conf: dict[str, str], users: Settings | None =
                 spark.conf.set(k, old)
 
 
+def join_conf(spark: SparkSession, users: Settings | None = None) -> contextlib.AbstractContextManager[None]:
+    """The batch join's settings for the block (:data:`JOIN_SHUFFLE_PARTITIONS`; a user's
+    ``spark_conf`` wins): what ``run_variant`` joins under, and a bench timing that join must too."""
+    return conf_for(spark, {"spark.sql.shuffle.partitions": str(JOIN_SHUFFLE_PARTITIONS)}, users)
+
+
 def spark_jars(s: Settings) -> list[str]:
     """The connector jars set-up resolved (Kafka source/sink, Delta, S3A and its AWS SDK modules)."""
     jars = sorted(glob.glob(os.path.join(s.jar_cache, "spark", "*.jar")))
