@@ -36,6 +36,13 @@ def side_columns(spec: JoinSpec, side: str) -> list[str]:
     return [*spec.side(side).schema_, ARRIVAL_TIME, PARTITION, OFFSET]
 
 
+def unique_columns(spec: JoinSpec, side: str) -> list[str]:
+    """A side's output columns whose values are (nearly) unique per event: its id, event time,
+    arrival time and Kafka offset (a key need not be: a user's events share it)."""
+    st = spec.side(side)
+    return [col_name(side, c) for c in dict.fromkeys((st.id, st.event_time, ARRIVAL_TIME, OFFSET))]
+
+
 def output_columns(spec: JoinSpec) -> list[str]:
     return [
         "ds",

@@ -23,7 +23,7 @@ from datetime import date
 
 from pyspark.sql import SparkSession
 
-from jobs.join.columns import col_name
+from jobs.join.columns import col_name, unique_columns
 from jobs.join.conditions import join_events
 from jobs.join.variants import DAILY_VARIANTS, is_windowed, missing_days, right_days
 from jobs.settings import Settings
@@ -82,9 +82,12 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
 def output_layout(spec: JoinSpec) -> dict[str, list[str]]:
     """How a join output table is written: file statistics on the left event time only (what a
     reader narrows by, beside the ds partition; min/max of unique ids skip nothing, and computing
-    Delta's default 32 columns' was a fifth of a 1 M-event join's write). ``python -m
-    bench.batch_vs_duckdb`` has the numbers."""
-    return {"stats_columns": [col_name("left", spec.left.event_time)]}
+    Delta's default 32 columns' was a fifth of a 1 M-event join's write); and each side's values
+    (nearly) unique per event (its id, event time, arrival time and Kafka offset) without a Parquet
+    dictionary, which the writer builds for each file only to drop it (the join at 10 M left
+    events 0.87x the time). BENCHMARKS.md, "Unique columns without a dictionary", has the numbers."""
+    unique = [c for side in ("left", "right") for c in unique_columns(spec, side)]
+    return {"stats_columns": [col_name("left", spec.left.event_time)], "plain_columns": unique}
 
 
 def landed_days(spark: SparkSession, tables: Tables, side: str) -> list[date]:

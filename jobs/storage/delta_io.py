@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.storage import fs
-from jobs.storage.spark import is_connect
+from jobs.storage.spark import conf_for, is_connect
 
 
 class MissingInput(Exception):
@@ -99,6 +99,7 @@ def replace_partitions(
     partition_by: Sequence[str] = ("ds",),
     *,
     stats_columns: Sequence[str] | None = None,
+    plain_columns: Sequence[str] = (),
 ) -> int:
     """Overwrite exactly the rows matching ``where`` (column -> allowed values) with ``df``;
     returns the rows written, counted on the way (reading them back cost a 1 M-event batch join
@@ -106,6 +107,11 @@ def replace_partitions(
 
     ``stats_columns``: a new table keeps file statistics (data skipping) for these columns only,
     not Delta's default first 32 (``delta.dataSkippingStatsColumns``).
+
+    ``plain_columns`` are written without a Parquet dictionary, in this write's files, whatever
+    the table's age: columns whose values are unique per row, where parquet-java builds a
+    dictionary for each file until it outgrows its page and is dropped, which is all cost
+    (:func:`plain_columns_conf`).
 
     Example::
 
@@ -119,13 +125,22 @@ def replace_partitions(
     spark = df.sparkSession
     written = _observation(spark)
     writer = df.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode("overwrite")
-    if table_exists(spark, path):
-        writer.option("replaceWhere", predicate).save(path)
-    else:
-        if stats_columns is not None:  # a table property: set where the table is made
-            writer = writer.option("delta.dataSkippingStatsColumns", ",".join(stats_columns))
-        writer.partitionBy(*partition_by).save(path)
+    with conf_for(spark, plain_columns_conf(plain_columns)):
+        if table_exists(spark, path):
+            writer.option("replaceWhere", predicate).save(path)
+        else:
+            if stats_columns is not None:  # a table property: set where the table is made
+                writer = writer.option("delta.dataSkippingStatsColumns", ",".join(stats_columns))
+            writer.partitionBy(*partition_by).save(path)
     return int(written.get["rows"])
+
+
+def plain_columns_conf(columns: Sequence[str]) -> dict[str, str]:
+    """Session settings that make Parquet write ``columns`` without a dictionary. Delta drops a
+    writer option named ``parquet.*``, and a table property reaches only tables made with it; the
+    session's settings reach the writer's Hadoop configuration in every write (a per-column key
+    of parquet-java's, ``parquet.enable.dictionary#<column>``)."""
+    return {f"parquet.enable.dictionary#{c}": "false" for c in columns}
 
 
 def _observation(spark: SparkSession) -> Observation:

@@ -35,6 +35,36 @@ def test_replace_partitions_counts_and_lays_out_a_new_table(spark, tmp_path):
     assert delta_io.replace_partitions(df.limit(120), path, {"ds": ["2026-11-20"]}) == 120
 
 
+def test_plain_columns_are_written_without_a_dictionary_in_new_and_old_tables(spark, tmp_path):
+    """``plain_columns`` reach Parquet's writer through the session, for the write that makes the
+    table and for a later one (a table property would reach only the first), and the session's
+    settings are as before afterwards. Repeated values: parquet-java would keep a dictionary."""
+    from jobs.storage import delta_io
+
+    df = spark.range(600).selectExpr(
+        "concat('s', id % 7) AS plain", "concat('s', id % 7) AS kept", "date'2026-11-20' AS ds"
+    )
+    path = str(tmp_path / "out")
+    for _ in range(2):  # makes the table, then replaces its partition
+        assert delta_io.replace_partitions(df, path, {"ds": ["2026-11-20"]}, plain_columns=["plain"]) == 600
+        for f in spark.read.format("delta").load(path).inputFiles():
+            meta = pq.ParquetFile(f.removeprefix("file:")).metadata.row_group(0)
+            enc = {meta.column(i).path_in_schema: set(meta.column(i).encodings) for i in range(meta.num_columns)}
+            assert not any("DICTIONARY" in e for e in enc["plain"]), enc["plain"]
+            assert any("DICTIONARY" in e for e in enc["kept"]), enc["kept"]
+    assert spark.conf.get("parquet.enable.dictionary#plain", None) is None
+
+
+def test_a_join_output_writes_each_sides_unique_columns_plain(demo_spec):
+    from jobs.join.columns import output_columns
+    from jobs.steps.batch import output_layout
+
+    plain = output_layout(demo_spec)["plain_columns"]
+    assert set(plain) <= set(output_columns(demo_spec))
+    assert {"left_event_id", "right_event_id", "left_event_time", "right_offset"} <= set(plain)
+    assert not {"left_session_id", "right_session_id", "ds"} & set(plain)  # keys repeat
+
+
 def test_a_micro_batch_with_no_rows_records_no_commit(spark, tmp_path):
     """The stream's sinks append each micro-batch without checking it for rows first (a second
     action on the batch): Delta must record no commit for an empty one (BASE_CONF)."""
