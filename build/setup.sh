@@ -3,9 +3,9 @@
 #   1. a project-local virtualenv (.venv) with the pinned Python dependencies;
 #   2. the JVM pieces from Maven Central into .cache/jars (Spark's Kafka connector, Delta, S3A with
 #      the AWS SDK modules it uses, an Apache Kafka broker, and Kafka's tools for the benchmarks), so
-#      nothing is downloaded at run time, Hadoop's local file system without a process per file
-#      (build/localfs, compiled here), and the Spark driver's class-data archive (.cache/cds) that
-#      makes each Spark process start sooner;
+#      nothing is downloaded at run time, joinshift's own JVM classes (build/jvm, compiled here:
+#      Hadoop's local file system without a process per file, a join planning rule), and the Spark
+#      driver's class-data archive (.cache/cds) that makes each Spark process start sooner;
 #   3. Debian's chromium (headless) for the Airflow UI page's browser test;
 #   4. a local Airflow home (.airflow) with its SQLite metadata database.
 set -euo pipefail
@@ -93,21 +93,24 @@ if [ ! -f .cache/jars/spark/.resolved ] || ! cmp -s .cache/jars/spark-all/.resol
   cp .cache/jars/spark-all/.resolved .cache/jars/spark/.resolved
 fi
 
-# Hadoop's local file system without a process per file (build/localfs), compiled against pyspark's
-# own Hadoop: a local driver's micro-batch 0.74x (bench/microbatch_cost.py). Without a JDK's javac,
-# Spark keeps Hadoop's own, which starts a chmod process after every file it writes.
-localfs=.cache/jars/localfs
+# joinshift's own JVM classes (build/jvm), compiled against pyspark's own Spark and Hadoop into one
+# jar on the driver's class path: Hadoop's local file system without a process per file (a local
+# driver's micro-batch 0.74x, bench/microbatch_cost.py) and the session extension that has an outer
+# join built from its inner side (the batch join at 10 M left events 0.96x, BENCHMARKS.md). Without a
+# JDK's javac, Spark keeps Hadoop's file system, which starts a chmod process after every file it
+# writes, and plans joins as it does by itself.
+own=.cache/jars/joinshift
 pyspark_jars=$(.venv/bin/python -c "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
-fs_hash=$( (cat build/localfs/joinshift/hadoop/*.java; ls "$pyspark_jars" | grep '^hadoop-client') | sha256sum | cut -c1-16)
-if [ ! -f "$localfs/.built" ] || [ "$(cat "$localfs/.built")" != "$fs_hash" ]; then
+own_hash=$( (find build/jvm -name '*.java' | sort | xargs cat; ls "$pyspark_jars" | grep -E '^(hadoop-client|spark-catalyst)') | sha256sum | cut -c1-16)
+if [ ! -f "$own/.built" ] || [ "$(cat "$own/.built")" != "$own_hash" ]; then
   if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then
-    say "compiling Hadoop's process-free local file system into $localfs"
-    rm -rf "$localfs" && mkdir -p "$localfs/classes"
-    fs_failed="compiling build/localfs failed: fix it, or remove .cache/jars/localfs and run without it"
-    quietly "$localfs/javac.log" "$fs_failed" \
-      javac --release 17 -cp "$pyspark_jars/*" -d "$localfs/classes" build/localfs/joinshift/hadoop/*.java
-    quietly "$localfs/jar.log" "$fs_failed" jar cf "$localfs/joinshift-localfs.jar" -C "$localfs/classes" .
-    echo "$fs_hash" > "$localfs/.built"
+    say "compiling joinshift's JVM classes (build/jvm) into $own"
+    rm -rf "$own" && mkdir -p "$own/classes"
+    own_failed="compiling build/jvm failed: fix it, or remove $own and run without it"
+    quietly "$own/javac.log" "$own_failed" \
+      javac --release 17 -cp "$pyspark_jars/*" -d "$own/classes" $(find build/jvm -name '*.java' | sort)
+    quietly "$own/jar.log" "$own_failed" jar cf "$own/joinshift.jar" -C "$own/classes" .
+    echo "$own_hash" > "$own/.built"
   else
     say "no javac (a JDK) here: Spark keeps Hadoop's local file system, which starts a process per file written"
   fi

@@ -153,7 +153,7 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
     """Every setting a joinshift Spark driver starts with: master, jars, memory, the quiet log
     configuration, :data:`BASE_CONF`, then ``Settings.spark_conf`` and ``extra_conf`` (later wins).
     The one list for a driver of this process and for a Spark Connect server alike."""
-    local_fs = _local_file_system_conf(s)
+    own = _joinshift_jar_conf(s)
     conf = {
         "spark.master": s.spark_master,
         "spark.jars": ",".join(spark_jars(s)),
@@ -164,12 +164,12 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
         **BASE_CONF,
         **_local_delta_conf(s.spark_master),
         **_local_checkpoint_conf(s),
-        **local_fs,
+        **own,
         **s.spark_conf,
         **(extra_conf or {}),
     }
-    if local_fs:  # a class path of the user's keeps the file system's jar in front of it
-        jar, path = local_fs[_CLASS_PATH], conf[_CLASS_PATH]
+    if own:  # a class path of the user's keeps joinshift's jar in front of it
+        jar, path = own[_CLASS_PATH], conf[_CLASS_PATH]
         if jar not in path.split(os.pathsep):
             conf[_CLASS_PATH] = f"{jar}{os.pathsep}{path}"
     return conf
@@ -197,9 +197,9 @@ def class_archive(s: Settings) -> Path:
     home = os.environ.get("JAVA_HOME")
     java = os.path.realpath(os.path.join(home, "bin", "java") if home else shutil.which("java") or "java")
     stamp = str(os.path.getmtime(java)) if os.path.exists(java) else ""
-    local_fs = local_file_system_jar(s)  # on the class path when there: the archive must know it
-    fs_stamp = [str(local_fs), str(local_fs.stat().st_mtime)] if local_fs.is_file() else []
-    key = "\n".join([java, stamp, pyspark.__version__, *spark_jars(s), *fs_stamp])
+    own = joinshift_jar(s)  # on the class path when there: the archive must know it
+    own_stamp = [str(own), str(own.stat().st_mtime)] if own.is_file() else []
+    key = "\n".join([java, stamp, pyspark.__version__, *spark_jars(s), *own_stamp])
     return Path(s.jar_cache).parent / "cds" / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
@@ -248,37 +248,44 @@ def _local_checkpoint_conf(s: Settings) -> dict[str, str]:
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
 
 
-#: Hadoop's local file system without a process per file (``build/localfs``, compiled by set-up).
+#: Hadoop's local file system without a process per file (``build/jvm``, compiled by set-up).
 LOCAL_FILE_SYSTEM = "joinshift.hadoop.NioLocalFileSystem"
+#: joinshift's session extension (``build/jvm``): the AQE rule ``joinshift.spark.OuterJoinBuildSide``.
+EXTENSIONS = "joinshift.spark.Extensions"
 _CLASS_PATH = "spark.driver.extraClassPath"
 
 
-def local_file_system_jar(s: Settings) -> Path:
-    """Where set-up puts the jar of :data:`LOCAL_FILE_SYSTEM` (none without a JDK's ``javac``)."""
-    return Path(s.jar_cache) / "localfs" / "joinshift-localfs.jar"
+def joinshift_jar(s: Settings) -> Path:
+    """Where set-up puts joinshift's own JVM classes (none without a JDK's ``javac``)."""
+    return Path(s.jar_cache) / "joinshift" / "joinshift.jar"
 
 
-def _local_file_system_conf(s: Settings) -> dict[str, str]:
-    """A local driver reaches local files through :data:`LOCAL_FILE_SYSTEM`: pyspark ships no
-    Hadoop native library, so Hadoop's own local file system starts a ``chmod`` process after every
-    file it creates and a ``readlink`` whenever it checks a path for a symlink (Delta's commits, the
-    state stores' files, every Parquet file): ~40 processes and ~0.14 s of a ~0.55 s micro-batch
-    (bench/microbatch_cost.py). It does the same through Java's file API. Both Hadoop APIs get it:
-    FileSystem (Parquet files, checkpoints) and FileContext (Delta's log store). A cluster keeps
-    Hadoop's (its executors do not have the jar), and so does a machine whose set-up found no
-    ``javac``; ``spark_conf`` overrides either. The jar is on every driver's class path, used or
-    not: the class archive (:func:`class_archive`) maps only into a JVM of the class path it was
-    written with."""
-    jar = local_file_system_jar(s)
+def _joinshift_jar_conf(s: Settings) -> dict[str, str]:
+    """What joinshift's own jar gives a driver (none without the jar: Spark as it is).
+
+    * Its session extension (:data:`EXTENSIONS`), on every master: it only plans, on the driver. A
+      left outer join both of whose sides AQE finds small enough to join by hash is built from the
+      right side, so it tracks no matched left rows (the batch join at 10 M left events 0.96x;
+      BENCHMARKS.md, "The outer join built from its inner side"). ``spark.sql.adaptive.optimizer.
+      excludedRules`` naming ``joinshift.spark.OuterJoinBuildSide`` turns it off for a session.
+    * A local driver reaches local files through :data:`LOCAL_FILE_SYSTEM`: pyspark ships no
+      Hadoop native library, so Hadoop's own local file system starts a ``chmod`` process after
+      every file it creates and a ``readlink`` whenever it checks a path for a symlink (Delta's
+      commits, the state stores' files, every Parquet file): ~40 processes and ~0.14 s of a ~0.55 s
+      micro-batch (bench/microbatch_cost.py). It does the same through Java's file API. Both Hadoop
+      APIs get it: FileSystem (Parquet files, checkpoints) and FileContext (Delta's log store). A
+      cluster keeps Hadoop's (its executors do not have the jar).
+
+    ``spark_conf`` overrides any of it. The jar is on every driver's class path: the class archive
+    (:func:`class_archive`) maps only into a JVM of the class path it was written with."""
+    jar = joinshift_jar(s)
     if not jar.is_file():
         return {}
-    if local_cores(s.spark_master) is None:
-        return {_CLASS_PATH: str(jar)}
-    return {
-        _CLASS_PATH: str(jar),
-        "spark.hadoop.fs.file.impl": LOCAL_FILE_SYSTEM,
-        "spark.hadoop.fs.AbstractFileSystem.file.impl": "joinshift.hadoop.NioLocalFs",
-    }
+    conf = {_CLASS_PATH: str(jar), "spark.sql.extensions": f"{BASE_CONF['spark.sql.extensions']},{EXTENSIONS}"}
+    if local_cores(s.spark_master) is not None:
+        conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
+        conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] = "joinshift.hadoop.NioLocalFs"
+    return conf
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -41,7 +41,7 @@ def test_the_sessions_driver_keeps_c2_and_the_processes_the_tests_start_stop_at_
 
 
 def test_a_local_driver_writes_file_modes_and_reads_links_through_java_not_hadoops_processes(spark, tmp_path):
-    """The local file system of a local driver (build/localfs): the modes and links Hadoop's own
+    """The local file system of a local driver (build/jvm): the modes and links Hadoop's own
     gives, through Java's file API instead of a ``chmod``/``readlink`` process per file; Delta's log
     store (FileContext) gets it too."""
     import os

@@ -84,7 +84,7 @@ def test_the_local_server_listens_on_loopback_with_a_joinshift_drivers_settings(
     assert cmd[cmd.index("--class") + 1] == SERVER_CLASS and cmd[-1] == "spark-internal"
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
     assert conf["spark.connect.grpc.binding.port"] == "15123"
-    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.extensions"].split(",")[0] == "io.delta.sql.DeltaSparkSessionExtension"
     assert (
         "spark-sql-kafka" in conf["spark.jars"]
         and "log4j2-spark-connect.properties" in conf["spark.driver.extraJavaOptions"]
@@ -127,11 +127,12 @@ def test_checkpoints_on_a_local_storage_root_are_written_through_the_file_system
     assert conf(str(tmp_path), **{key: "my.Manager"})[key] == "my.Manager"  # the user's spark_conf wins
 
 
-def test_a_local_driver_uses_the_process_free_local_file_system_when_set_up_built_it(tmp_path):
+def test_a_driver_gets_joinshifts_jar_when_set_up_built_it(tmp_path):
+    """The extension on every master, the process-free local file system on a local one."""
     from jobs.settings import Settings
-    from jobs.storage.spark import LOCAL_FILE_SYSTEM, local_file_system_jar, session_conf
+    from jobs.storage.spark import EXTENSIONS, LOCAL_FILE_SYSTEM, joinshift_jar, session_conf
 
-    impl, class_path = "spark.hadoop.fs.file.impl", "spark.driver.extraClassPath"
+    impl, class_path, ext = "spark.hadoop.fs.file.impl", "spark.driver.extraClassPath", "spark.sql.extensions"
 
     def conf(master: str = "local[2]", **spark_conf: str) -> dict[str, str]:
         s = Settings(
@@ -142,14 +143,18 @@ def test_a_local_driver_uses_the_process_free_local_file_system_when_set_up_buil
     (tmp_path / "jars" / "spark").mkdir(parents=True)
     for connector in ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "delta-spark_4.2_2.13-4.4.0.jar"):
         (tmp_path / "jars" / "spark" / connector).write_bytes(b"")
-    assert impl not in conf() and class_path not in conf()  # no jar (no javac at set-up): Hadoop's own
-    jar = local_file_system_jar(Settings(jar_cache=str(tmp_path / "jars")))
+    none = conf()  # no jar (no javac at set-up): Hadoop's own, Spark's planning
+    assert impl not in none and class_path not in none and none[ext] == "io.delta.sql.DeltaSparkSessionExtension"
+    jar = joinshift_jar(Settings(jar_cache=str(tmp_path / "jars")))
     jar.parent.mkdir()
     jar.write_bytes(b"")
     assert conf()[impl] == LOCAL_FILE_SYSTEM and conf()[class_path] == str(jar)
     assert conf()["spark.hadoop.fs.AbstractFileSystem.file.impl"] == "joinshift.hadoop.NioLocalFs"
+    assert conf()[ext] == f"io.delta.sql.DeltaSparkSessionExtension,{EXTENSIONS}"
     cluster = conf("spark://127.0.0.1:7077")  # executors lack the jar: Hadoop's own; the class path stays
     assert impl not in cluster and cluster[class_path] == str(jar)  # (the class archive was written with it)
+    assert cluster[ext] == conf()[ext]  # the extension plans on the driver: any master
+    assert conf(**{ext: "my.Extensions"})[ext] == "my.Extensions"  # the user's spark_conf wins
     assert conf(**{impl: "my.FileSystem"})[impl] == "my.FileSystem"  # the user's spark_conf wins
     assert conf(**{class_path: "/opt/mine.jar"})[class_path] == f"{jar}:/opt/mine.jar"  # and keeps the jar
 
