@@ -177,29 +177,12 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
 
 def driver_java_options(s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True) -> str:
     """The driver JVM's options: the quiet log configuration, set-up's class archive (unless
-    ``use_archive`` is False), huge pages where the kernel gives them on request, ``extra``, then
-    the settings' ``spark_driver_java_options`` (``-XX:-UseTransparentHugePages`` there wins)."""
+    ``use_archive`` is False), ``extra``, then the settings' ``spark_driver_java_options``."""
     archive = class_archive_options(s) if use_archive else []
     own = s.spark_driver_java_options.strip()
-    log = f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}"
-    return " ".join([log, *archive, *huge_pages_options(), *extra, *([own] if own else [])])
-
-
-#: Whether Linux backs memory with 2 MB pages: ``[always]``, ``[madvise]`` (if asked) or ``[never]``.
-THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-
-
-def huge_pages_options(mode_file: Path = THP_MODE) -> list[str]:
-    """The driver asks for its heap in transparent huge pages where the kernel gives them on request
-    (``madvise``): 512 times fewer page faults and TLB entries for a heap the batch join fills with
-    shuffle and Parquet buffers (at 10 M left events its step 0.92x the time, a fresh process's first
-    run 0.82x; BENCHMARKS.md, "The driver's heap in huge pages"). Under ``always`` the heap has them
-    unasked; under ``never`` (or with no such file) the JVM would warn: no option."""
-    try:
-        mode = mode_file.read_text()
-    except OSError:
-        return []
-    return ["-XX:+UseTransparentHugePages"] if "[madvise]" in mode else []
+    return " ".join(
+        [f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *archive, *extra, *([own] if own else [])]
+    )
 
 
 def class_archive(s: Settings) -> Path:

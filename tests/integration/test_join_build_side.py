@@ -66,8 +66,9 @@ def test_a_left_outer_join_both_of_whose_sides_fit_is_built_from_the_right(spark
     left, right = frames
     with conf_for(spark, AQE):
         ours = build_side(join_events(left, right, tiny_spec(), windowed=True))
-    with conf_for(spark, {**AQE, "spark.sql.adaptive.optimizer.excludedRules": RULE}):
-        sparks = build_side(join_events(left, right, tiny_spec(), windowed=True))  # the off switch:
+    off = {**AQE, "spark.sql.adaptive.optimizer.excludedRules": RULE}  # the off switch
+    with conf_for(spark, off):
+        sparks = build_side(join_events(left, right, tiny_spec(), windowed=True))
     assert ours == ("BuildRight", sparks[1]) and sparks[0] == "BuildLeft"  # AQE builds the smaller side
 
 
@@ -91,3 +92,12 @@ def test_an_inner_join_keeps_the_smaller_side_built(spark, frames):
     inner = join_events(left, right, tiny_spec(join={"type": "inner", "cardinality": "1-to-n"}), windowed=True)
     with conf_for(spark, AQE):
         assert build_side(inner)[0] == "BuildLeft"
+
+
+def test_a_right_outer_join_is_built_from_its_left(spark, frames):
+    """The mirror case (the product joins left outer; a user's query may not)."""
+    left, right = frames
+    with conf_for(spark, AQE):
+        assert build_side(right.join(left, "k", "right_outer"))[0] == "BuildLeft"
+    with conf_for(spark, {**AQE, "spark.sql.adaptive.optimizer.excludedRules": RULE}):
+        assert build_side(right.join(left, "k", "right_outer"))[0] == "BuildRight"

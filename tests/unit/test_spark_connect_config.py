@@ -199,7 +199,7 @@ def _settings_with_jars(tmp_path):
 
 
 def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_jars(tmp_path):
-    from jobs.storage.spark import class_archive, huge_pages_options, session_conf
+    from jobs.storage.spark import class_archive, session_conf
 
     jars = tmp_path / "jars" / "spark"
     s = _settings_with_jars(tmp_path)
@@ -211,7 +211,7 @@ def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_j
     archive.write_bytes(b"x")
     opts = session_conf(s)["spark.driver.extraJavaOptions"].split()
     assert opts[0].startswith("-Dlog4j2.configurationFile=file:")
-    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off", *huge_pages_options()]  # (silent)
+    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # and silent if unusable
 
     (jars / "hadoop-aws-3.5.0.jar").write_bytes(b"")
     assert class_archive(s) != archive  # another jar set: another archive, never a stale one
@@ -219,7 +219,7 @@ def test_a_driver_maps_set_ups_class_archive_when_there_is_one_for_its_jvm_and_j
 
 def test_the_settings_jvm_options_come_after_joinshifts_own_and_reach_child_processes(tmp_path, monkeypatch):
     from jobs.settings import settings_env
-    from jobs.storage.spark import class_archive, huge_pages_options, session_conf
+    from jobs.storage.spark import class_archive, session_conf
 
     s = _settings_with_jars(tmp_path)
     archive = class_archive(s)
@@ -231,23 +231,5 @@ def test_the_settings_jvm_options_come_after_joinshifts_own_and_reach_child_proc
     s = dataclasses.replace(s, spark_driver_java_options=load_settings().spark_driver_java_options)
     opts = session_conf(s)["spark.driver.extraJavaOptions"].split()
     assert opts[0].startswith("-Dlog4j2.configurationFile=file:")  # the quiet logging and the archive stay
-    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off", *huge_pages_options(), *mine.split()]
+    assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off", *mine.split()]
     assert settings_env(s)["JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS"] == mine  # a supervised stream gets them too
-
-
-@pytest.mark.parametrize(
-    ("mode", "options"),
-    [
-        ("always madvise [never]\n", []),  # the JVM would warn that it cannot
-        ("always [madvise] never\n", ["-XX:+UseTransparentHugePages"]),  # given when asked for
-        ("[always] madvise never\n", []),  # given unasked
-        (None, []),  # no such file: not Linux, or a kernel without them
-    ],
-)
-def test_the_driver_asks_for_huge_pages_only_where_the_kernel_gives_them_on_request(tmp_path, mode, options):
-    from jobs.storage.spark import huge_pages_options
-
-    mode_file = tmp_path / "enabled"
-    if mode is not None:
-        mode_file.write_text(mode)
-    assert huge_pages_options(mode_file) == options
