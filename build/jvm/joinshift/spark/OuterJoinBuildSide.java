@@ -34,41 +34,35 @@ public class OuterJoinBuildSide extends Rule<LogicalPlan> {
     return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
       @Override
       public boolean isDefinedAt(LogicalPlan p) {
-        return p instanceof Join j && outerSide(j) != null;
+        return innerSideBuilt(p) != p;
       }
 
       @Override
       public <A1 extends LogicalPlan, B1> B1 applyOrElse(A1 p, Function1<A1, B1> fallback) {
-        if (!(p instanceof Join j)) {
-          return fallback.apply(p);
-        }
-        Boolean left = outerSide(j);
-        if (left == null) {
-          return fallback.apply(p);
-        }
-        JoinHint h = j.hint();
-        JoinHint hint = left ? new JoinHint(Option.empty(), h.rightHint()) : new JoinHint(h.leftHint(), Option.empty());
+        LogicalPlan out = innerSideBuilt(p);
         @SuppressWarnings("unchecked")
-        B1 out = (B1) j.copy(j.left(), j.right(), j.joinType(), j.condition(), hint);
-        return out;
+        B1 changed = (B1) out;
+        return out != p ? changed : fallback.apply(p);
       }
     });
   }
 
-  /** TRUE: drop the left's mark; FALSE: the right's; null: leave the join as it is. */
-  static Boolean outerSide(Join j) {
-    JoinHint h = j.hint();
-    if (!prefersHash(h.leftHint()) || !prefersHash(h.rightHint())) {
-      return null;
+  /** The outer join with its outer side's mark dropped; {@code p} itself where the rule does not apply. */
+  static LogicalPlan innerSideBuilt(LogicalPlan p) {
+    if (!(p instanceof Join j) || !prefersHash(j.hint().leftHint()) || !prefersHash(j.hint().rightHint())) {
+      return p;
     }
     JoinType t = j.joinType();
+    JoinHint h = j.hint();
+    JoinHint hint;
     if (t == LeftOuter$.MODULE$) {
-      return Boolean.TRUE;
+      hint = new JoinHint(Option.empty(), h.rightHint());
+    } else if (t == RightOuter$.MODULE$) {
+      hint = new JoinHint(h.leftHint(), Option.empty());
+    } else {
+      return p;
     }
-    if (t == RightOuter$.MODULE$) {
-      return Boolean.FALSE;
-    }
-    return null;
+    return j.copy(j.left(), j.right(), t, j.condition(), hint);
   }
 
   /** The side's hint is AQE's mark and nothing else. */
