@@ -101,16 +101,15 @@ fi
 # writes, and plans joins as it does by itself.
 own=.cache/jars/joinshift
 pyspark_jars=$(.venv/bin/python -c "import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
-own_sources=$(find build/jvm -name '*.java' | sort)
+own_sources=$(find build/jvm -name '*.java' -o -name compile.sh | sort)
 own_hash=$( (cat $own_sources; ls "$pyspark_jars" | grep -E '^(hadoop-client|spark-catalyst)') | sha256sum | cut -c1-16)
 if [ ! -f "$own/.built" ] || [ "$(cat "$own/.built")" != "$own_hash" ]; then
   if command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1; then
     say "compiling joinshift's JVM classes (build/jvm) into $own"
-    rm -rf "$own" && mkdir -p "$own/classes"
-    own_failed="compiling build/jvm failed: fix it, or remove $own and run without it"
-    quietly "$own/javac.log" "$own_failed" \
-      javac --release 17 -cp "$pyspark_jars/*" -d "$own/classes" $own_sources
-    quietly "$own/jar.log" "$own_failed" jar cf "$own/joinshift.jar" -C "$own/classes" .
+    rm -rf "$own" && mkdir -p "$own"
+    # the recipe the Airflow image's JDK stage runs too (include/docker/Dockerfile.airflow)
+    quietly "$own/compile.log" "compiling build/jvm failed: fix it, or remove $own and run without it" \
+      build/jvm/compile.sh "$pyspark_jars" "$own"
     echo "$own_hash" > "$own/.built"
   else
     say "no javac (a JDK) here: Spark keeps Hadoop's local file system, which starts a process per file written"

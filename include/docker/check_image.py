@@ -14,7 +14,10 @@ Checks:
   installed, compiled PySpark, not the zip copy (build/pyspark_path.py's ``.pth``; ~1.7 s a process);
 * ``java`` is a Java 17 runtime (the Spark driver runs in this image);
 * ``<jar_cache>/spark`` has the Kafka connector and Delta, and no second copy of a library
-  pyspark already ships.
+  pyspark already ships;
+* ``<jar_cache>/joinshift/joinshift.jar`` (build/jvm, compiled by the image's JDK stage as set-up
+  compiles it) holds every class a driver's configuration names: the session extension and the
+  local file system.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 #: Distributions that install their own ``pyspark`` package over the full one.
@@ -39,7 +43,9 @@ def artifact(jar_name: str) -> str:
     return re.sub(r"-[0-9][0-9.]*(-[0-9]+)?$", "", jar_name.removesuffix(".jar"))
 
 
-def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
+def check(pyproject: Path, jar_cache: Path, java: str = "java", own_jar: bool = True) -> list[str]:
+    """What is wrong with the installed stack; ``own_jar`` False skips joinshift's jar (a checkout
+    set up without a JDK runs without it)."""
     problems: list[str] = []
 
     deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
@@ -90,7 +96,21 @@ def check(pyproject: Path, jar_cache: Path, java: str = "java") -> list[str]:
     dupes = [n for n in names if artifact(n) in pyspark_jars]
     if dupes:
         problems.append(f"{spark_dir} repeats libraries pyspark ships: {', '.join(dupes)}")
+    if own_jar:
+        problems += _own_jar_problems(jar_cache)
     return problems
+
+
+def _own_jar_problems(jar_cache: Path) -> list[str]:
+    from jobs.storage.spark import NAMED_CLASSES, OWN_JAR
+
+    jar = jar_cache / OWN_JAR
+    if not jar.is_file():
+        return [f"{jar} is missing: compile build/jvm with build/jvm/compile.sh"]
+    with zipfile.ZipFile(jar) as z:
+        held = set(z.namelist())
+    missing = [c for c in NAMED_CLASSES if c.replace(".", "/") + ".class" not in held]
+    return [f"{jar} lacks {', '.join(missing)}: compile build/jvm again"] if missing else []
 
 
 def _zip_copy_problems(installed: Path) -> list[str]:

@@ -248,16 +248,24 @@ def _local_checkpoint_conf(s: Settings) -> dict[str, str]:
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
 
 
-#: Hadoop's local file system without a process per file (``build/jvm``, compiled by set-up).
+#: Hadoop's local file system without a process per file (``build/jvm``, compiled by set-up), as a
+#: FileSystem and as a FileContext's AbstractFileSystem.
 LOCAL_FILE_SYSTEM = "joinshift.hadoop.NioLocalFileSystem"
+LOCAL_FS = "joinshift.hadoop.NioLocalFs"
 #: joinshift's session extension (``build/jvm``): the AQE rule ``joinshift.spark.OuterJoinBuildSide``.
 EXTENSIONS = "joinshift.spark.Extensions"
+#: The classes of joinshift's jar that a driver's configuration names (the image's build checks them).
+NAMED_CLASSES = (EXTENSIONS, LOCAL_FILE_SYSTEM, LOCAL_FS)
 _CLASS_PATH = "spark.driver.extraClassPath"
+
+
+#: joinshift's own JVM classes in the jar cache (``build/jvm/compile.sh``: set-up, the image's build).
+OWN_JAR = Path("joinshift", "joinshift.jar")
 
 
 def joinshift_jar(s: Settings) -> Path:
     """Where set-up puts joinshift's own JVM classes (none without a JDK's ``javac``)."""
-    return Path(s.jar_cache) / "joinshift" / "joinshift.jar"
+    return Path(s.jar_cache) / OWN_JAR
 
 
 def _joinshift_jar_conf(s: Settings) -> dict[str, str]:
@@ -284,7 +292,7 @@ def _joinshift_jar_conf(s: Settings) -> dict[str, str]:
     conf = {_CLASS_PATH: str(jar), "spark.sql.extensions": f"{BASE_CONF['spark.sql.extensions']},{EXTENSIONS}"}
     if local_cores(s.spark_master) is not None:
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
-        conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] = "joinshift.hadoop.NioLocalFs"
+        conf["spark.hadoop.fs.AbstractFileSystem.file.impl"] = LOCAL_FS
     return conf
 
 

@@ -356,6 +356,25 @@ def test_dockerfile_bakes_the_jar_cache_compose_points_at(services):
     assert "build/spark/pom.xml" in text and "copy-dependencies" in text
 
 
+def test_dockerfile_compiles_joinshifts_jvm_classes_by_set_ups_recipe_into_the_jar_cache(services):
+    """A throw-away JDK stage runs build/jvm/compile.sh, set-up's own recipe, against the image's
+    pyspark; the image gets the jar where a driver looks for it (``OWN_JAR`` under the jar cache
+    compose names) and keeps the JRE; check_image.py fails the build without the jar."""
+    from jobs.storage.spark import OWN_JAR
+
+    text = DOCKERFILE.read_text()
+    stages = re.split(r"^FROM\s", text, flags=re.M)[1:]
+    jdk = [s for s in stages if s.startswith("runtime AS jvm-classes")]
+    assert len(jdk) == 1 and "openjdk-17-jdk-headless" in jdk[0]
+    assert "COPY --chown=airflow:0 build/jvm " in jdk[0] and '/jvm/compile.sh "$pyspark_jars" ' in jdk[0]
+    image = stages[-1]
+    assert image.startswith("runtime\n") and "jdk" not in image.replace("jvm-classes", "")
+    jar_cache = env_of(services["airflow-scheduler"])["JOINSHIFT_JAR_CACHE"]
+    assert re.search(rf"^COPY --from=jvm-classes .*/joinshift\.jar {re.escape(f'{jar_cache}/{OWN_JAR}')}$", image, re.M)
+    assert image.index(str(OWN_JAR)) < image.index("check_image.py --pyproject")
+    assert 'build/jvm/compile.sh "$pyspark_jars" "$own"' in (ROOT / "build" / "setup.sh").read_text()
+
+
 def test_dockerfile_hands_sparks_python_processes_the_installed_pyspark():
     """The image runs set-up's own .pth writer once the dependencies are in, and its check
     (check_image.py, which tests/unit/test_setup.py runs against .venv) fails the build without it."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -106,4 +109,31 @@ def test_the_image_check_passes_on_what_set_up_installed() -> None:
     from jobs.settings import settings
 
     check_image = _load(ROOT / "include" / "docker" / "check_image.py")
-    assert check_image.check(ROOT / "pyproject.toml", Path(settings().jar_cache)) == []
+    # set-up compiles joinshift's jar wherever a JDK is (build/jvm/compile.sh), as the image's JDK stage does
+    jdk = bool(shutil.which("javac") and shutil.which("jar"))
+    assert check_image.check(ROOT / "pyproject.toml", Path(settings().jar_cache), own_jar=jdk) == []
+
+
+def test_the_image_check_finds_joinshifts_jar_missing_or_short_of_a_class(tmp_path: Path) -> None:
+    """The image's build fails, not a driver's start, when build/jvm was not compiled into the jar
+    cache or a class the driver's configuration names is not in it."""
+    from jobs.storage.spark import EXTENSIONS, LOCAL_FS, OWN_JAR
+
+    check_image = _load(ROOT / "include" / "docker" / "check_image.py")
+    assert check_image._own_jar_problems(tmp_path) == [
+        f"{tmp_path / OWN_JAR} is missing: compile build/jvm with build/jvm/compile.sh"
+    ]
+    (tmp_path / OWN_JAR).parent.mkdir(parents=True)
+    with zipfile.ZipFile(tmp_path / OWN_JAR, "w") as z:
+        z.writestr(EXTENSIONS.replace(".", "/") + ".class", b"")
+    [problem] = check_image._own_jar_problems(tmp_path)
+    assert "joinshift.hadoop.NioLocalFileSystem" in problem and LOCAL_FS in problem and EXTENSIONS not in problem
+
+
+def test_the_jvm_recipe_names_its_arguments_when_given_none() -> None:
+    """build/jvm/compile.sh, run by set-up and by the image's JDK stage: a wrong call is one line and exit 2."""
+    res = subprocess.run(["bash", str(ROOT / "build" / "jvm" / "compile.sh")], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == [
+        "usage: build/jvm/compile.sh <pyspark's jars dir> <out dir> (the first must exist)"
+    ]
