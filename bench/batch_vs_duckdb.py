@@ -32,6 +32,10 @@ and keys prefixed with the chunk, so chunks share no session): the generator hol
 record of a day in memory (JSON values included), ~24 M of them for 10 M left events.
 
     python -m bench.batch_vs_duckdb [--left-events 1000000,10000000] [--repeat 2]
+
+Writes ``batch_vs_duckdb.json`` and its plot, ``batch_vs_duckdb.png`` (wall seconds and the ratio;
+CPU seconds by part), into ``--out``; ``--plot-from <json>`` draws the plot of a recorded result
+and prints its tables.
 """
 
 from __future__ import annotations
@@ -148,6 +152,121 @@ def output_counts(rows, pairs, matched_left) -> dict[str, int]:
     return {"rows": int(rows), "pairs": int(pairs), "matched_left": int(matched_left)}
 
 
+#: The parts both engines' CPU seconds are split into, in the table and the plot.
+PARTS = ("read", "join", "write", "other")
+
+
+def cpu_parts(size: dict[str, Any]) -> tuple[dict[str, float] | None, dict[str, float]]:
+    """A size's CPU seconds by part, (Spark's, DuckDB's): Spark's task CPU of its last timed run, with the
+    join's own from the join into ``noop`` and the write as the rest of the join's stage (the stage
+    that joins also writes); None for Spark where its join was broadcast (one stage reads, joins and
+    writes); DuckDB's operator time from its profiled run."""
+    sp, noop, dk = size["spark_task_cpu_s"][-1], size["spark_join_to_noop_task_cpu_s"], size["duckdb_cpu_s"]
+    spark = None
+    if sp is not None and noop is not None:
+        spark = {"read": sp["read"], "join": noop["join"], "write": round(sp["join"] - noop["join"], 2)}
+        spark["other"] = sp["other"]
+    return spark, {k: dk[k] for k in PARTS}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Wall seconds per engine and size, with the ratio against the goal (left); CPU seconds by part
+    at each size (right): where Spark's extra seconds go."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = result["sizes"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.3]})
+    colors = {"Spark": "#4c72b0", "DuckDB": "#dd8452"}
+    width, target = 0.38, result["goal"]["target"]
+    top = max(max(r["spark_median_s"], target * r["duckdb_median_s"]) for r in sizes) * 1.25
+    for i, r in enumerate(sizes):
+        for j, (engine, key) in enumerate((("Spark", "spark_median_s"), ("DuckDB", "duckdb_median_s"))):
+            ax1.bar(i + (j - 0.5) * width, r[key], width, color=colors[engine], label=engine if i == 0 else None)
+            ax1.text(i + (j - 0.5) * width, r[key], f"{r[key]:.1f} s", ha="center", va="top", fontsize=8, color="white")
+        goal = target * r["duckdb_median_s"]  # the most Spark may take at the goal's ratio
+        ax1.hlines(
+            goal, i - width, i, colors="#555555", linestyles="dashed", label=f"{target}× DuckDB" if i == 0 else None
+        )
+        ax1.text(i, max(r["spark_median_s"], goal) + top * 0.06, f"{r['ratio']}×", ha="center", fontsize=10)
+    ax1.set_xticks(range(len(sizes)), [f"{r['left_rows']:,} left" for r in sizes], fontsize=9)
+    ax1.set_ylabel("wall seconds (median)")
+    ax1.set_ylim(top=top)
+    ax1.set_title(f"Spark ÷ DuckDB (goal ≤ {result['goal']['target']}× at {result['goal']['spark_over_duckdb_at']:,})")
+    ax1.legend(fontsize=8, loc="upper left")
+
+    shades = {"read": 1.0, "join": 0.75, "write": 0.5, "other": 0.25}
+    widest = max(sum((p or {}).values()) for r in sizes for p in cpu_parts(r))
+    labels: list[str] = []
+    y = 0.0
+    for r in sizes:
+        for engine, parts in zip(("Spark", "DuckDB"), cpu_parts(r)):
+            left = 0.0
+            for part in PARTS:
+                v = (parts or {}).get(part, 0.0)
+                ax2.barh(y, v, left=left, color=colors[engine], alpha=shades[part], edgecolor="white")
+                if parts and v >= widest * 0.07:  # room for its label
+                    ax2.text(left + v / 2, y, f"{part}\n{v:.1f}", ha="center", va="center", fontsize=7)
+                left += v
+            ax2.text(left, y, f" {left:.1f} s" if parts else " broadcast join: not split", va="center", fontsize=8)
+            labels.append(f"{engine}, {r['left_rows']:,}")
+            y += 1
+        y += 0.5
+    ax2.set_yticks([i + (i // 2) * 0.5 for i in range(len(labels))], labels, fontsize=8)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("CPU seconds (Spark: task CPU; DuckDB: operator time)")
+    ax2.set_title("where the CPU goes: read (Spark: and shuffle), join, write, other")
+    ax2.set_xlim(right=widest * 1.2)
+
+    fig.suptitle(
+        f"bench.batch_vs_duckdb: {result['variant']} {result['window']}, {result['join_type']}; "
+        f"DuckDB {result['duckdb']}, {result['duckdb_threads']} threads; {result['date']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    """The result's tables as Markdown (BENCHMARKS.md takes them as they are): wall seconds and the
+    answers per size, then CPU seconds by part, and the goal."""
+    print("| left events (ds) | right events (ds) | Spark (product path) | DuckDB | Spark ÷ DuckDB | same answer |")
+    print("|---|---|---|---|---|---|")
+    for r in result["sizes"]:
+        print(
+            f"| {r['left_rows']:,} | {r['right_rows']:,} | {r['spark_median_s']:.1f} s | {r['duckdb_median_s']:.1f} s "
+            f"| {r['ratio']}x | {'yes' if r['same_answer'] else 'NO'} ({r['spark_answer']['rows']:,} rows) |"
+        )
+    print()
+    print("| left events | engine | read (Spark: and shuffle) | join | write | other | total |")
+    print("|---|---|---|---|---|---|---|")
+    for r in result["sizes"]:
+        sp, dk = cpu_parts(r)
+        if sp is None:
+            unsplit = "not split: a broadcast join reads, joins and writes in one stage"
+            print(f"| {r['left_rows']:,} | Spark, task CPU | {unsplit} | | | | |")
+        else:
+            print(
+                f"| {r['left_rows']:,} | Spark, task CPU (the last run; the join from its run into noop) "
+                + "".join(f"| {sp[k]} s " for k in PARTS)
+                + f"| {round(sum(sp.values()), 2)} s |"
+            )
+        print(
+            f"| {r['left_rows']:,} | DuckDB, operator time (profiled run) "
+            + "".join(f"| {dk[k]} s " for k in PARTS)
+            + f"| {round(sum(dk.values()), 2)} s |"
+        )
+    g = result["goal"]
+    print(
+        f"goal Spark <= {GOAL_RATIO}x DuckDB at {g['spark_over_duckdb_at']:,}: {g['ratio']}x, "
+        f"{'met' if g['met'] else 'NOT met'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.batch_vs_duckdb", description=__doc__.split("\n\n")[0])
     p.add_argument("--left-events", default="1000000,10000000", help="sizes, comma-separated (left events in one ds)")
@@ -160,7 +279,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duckdb-memory", default="4GB", help="DuckDB memory_limit (Spark's driver has 4g)")
     p.add_argument("--root", default=str(PROJECT_ROOT / "var" / "bench-batch-duckdb"), help="scratch folder (wiped)")
     p.add_argument("--out", default=str(PROJECT_ROOT / "var" / "bench-results"), help="batch_vs_duckdb.json here")
+    p.add_argument(
+        "--plot-from", metavar="JSON", help="only draw the plot of a recorded result (next to it, .png), run nothing"
+    )
     args = p.parse_args(argv)
+    if args.plot_from:
+        recorded = Path(args.plot_from)
+        if not recorded.is_file():
+            print(f"{p.prog}: --plot-from: {recorded} does not exist: name a batch_vs_duckdb.json", file=sys.stderr)
+            return 2
+        result = json.loads(recorded.read_text())
+        plot(result, recorded.with_suffix(".png"))
+        print_tables(result)
+        print(f"plot: {recorded.with_suffix('.png')}")
+        return 0
     command = shlex.join(["python", "-m", "bench.batch_vs_duckdb", *(sys.argv[1:] if argv is None else argv)])
     sizes = [int(x) for x in args.left_events.split(",")]
 
@@ -357,36 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "batch_vs_duckdb.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("| left events (ds) | right events (ds) | Spark (product path) | DuckDB | Spark ÷ DuckDB | same answer |")
-    print("|---|---|---|---|---|---|")
-    for r in results:
-        print(
-            f"| {r['left_rows']:,} | {r['right_rows']:,} | {r['spark_median_s']:.1f} s | {r['duckdb_median_s']:.1f} s "
-            f"| {r['ratio']}x | {'yes' if r['same_answer'] else 'NO'} ({r['spark_answer']['rows']:,} rows) |"
-        )
-    print()
-    print("| left events | engine | read (Spark: and shuffle) | join | write | other | total |")
-    print("|---|---|---|---|---|---|---|")
-    for r in results:
-        sp, noop, dk = r["spark_task_cpu_s"][-1], r["spark_join_to_noop_task_cpu_s"], r["duckdb_cpu_s"]
-        if sp is None or noop is None:
-            unsplit = "not split: a broadcast join reads, joins and writes in one stage"
-            print(f"| {r['left_rows']:,} | Spark, task CPU | {unsplit} | | | | |")
-        else:
-            write = round(sp["join"] - noop["join"], 2)  # its join stage writes too: less the noop run's
-            print(
-                f"| {r['left_rows']:,} | Spark, task CPU (the last run; the join from its run into noop) "
-                f"| {sp['read']} s | {noop['join']} s | {write} s | {sp['other']} s | {round(sum(sp.values()), 2)} s |"
-            )
-        print(
-            f"| {r['left_rows']:,} | DuckDB, operator time (profiled run) | {dk['read']} s | {dk['join']} s "
-            f"| {dk['write']} s | {dk['other']} s | {dk['total']} s |"
-        )
-    g = result["goal"]
-    print(
-        f"goal Spark <= {GOAL_RATIO}x DuckDB at {g['spark_over_duckdb_at']:,}: {g['ratio']}x, "
-        f"{'met' if g['met'] else 'NOT met'}"
-    )
+    plot(result, out / "batch_vs_duckdb.png")
+    print_tables(result)
     print(f"command: {command}")
     return 0 if all(r["same_answer"] for r in results) else 1
 

@@ -1,7 +1,8 @@
 """The benchmarks' own logic, without running them: the issue's goal ratios and the per-record
 waterfall of ``bench.decompose``, its reading of ConsumerPerformance's output, and DuckDB's
 windowed join in ``bench.batch_vs_duckdb`` (bounds inclusive, left outer, as the spec says), and
-``bench.stages``' split of either engine's seconds into reading, the join and the write."""
+``bench.stages``' split of either engine's seconds into reading, the join and the write, and the
+DuckDB bench's split of Spark's join stage into the join and the write, and its plot."""
 
 from __future__ import annotations
 
@@ -119,6 +120,58 @@ def test_duckdb_profile_of_the_bench_join_splits_into_reading_the_join_and_the_w
     assert set(parts) == {"read", "join", "write", "other", "total"}
     assert parts["read"] > 0 and parts["join"] > 0 and parts["write"] > 0  # each operator found by its type
     assert parts["total"] > 0
+
+
+def _duckdb_bench_size(left_rows: int, spark_cpu: dict | None, noop_cpu: dict | None) -> dict:
+    return {
+        "left_rows": left_rows,
+        "spark_median_s": 40.0,
+        "duckdb_median_s": 13.0,
+        "ratio": 3.08,
+        "right_rows": left_rows * 2,
+        "same_answer": True,
+        "spark_answer": {"rows": left_rows * 3},
+        "spark_task_cpu_s": [{"read": 9.0, "join": 50.0, "other": 0.3}, spark_cpu],
+        "spark_join_to_noop_task_cpu_s": noop_cpu,
+        "duckdb_cpu_s": {"read": 1.8, "join": 5.9, "write": 18.1, "other": 0.0, "total": 25.8},
+    }
+
+
+def test_the_duckdb_bench_splits_sparks_cpu_with_the_write_as_the_join_stage_less_the_noop_join(tmp_path, capsys):
+    """Spark's stage that joins also writes: its write is that stage's CPU less the join's into noop,
+    from the last timed run; a broadcast join (no shuffle read, no split) is not split; the tables
+    and the plot show both kinds."""
+    from bench.batch_vs_duckdb import cpu_parts, plot, print_tables
+
+    split = _duckdb_bench_size(9_974_913, {"read": 13.6, "join": 55.2, "other": 0.1}, {"read": 13.5, "join": 17.4})
+    assert cpu_parts(split) == (
+        {"read": 13.6, "join": 17.4, "write": 37.8, "other": 0.1},
+        {"read": 1.8, "join": 5.9, "write": 18.1, "other": 0.0},
+    )
+    broadcast = _duckdb_bench_size(99_812, None, {"read": 0.4, "join": 0.6})
+    spark, duck = cpu_parts(broadcast)
+    assert spark is None and duck["write"] == 18.1
+
+    result = {
+        "sizes": [broadcast, split],
+        "goal": {"target": 3.0, "spark_over_duckdb_at": 10_000_000, "ratio": 3.08, "met": False},
+        "variant": "batch_1d_windowed",
+        "window": "[-3h, +30m]",
+        "join_type": "left_outer",
+        "duckdb": "2.0.0",
+        "duckdb_threads": 2,
+        "date": "2026-12-06 17:31 UTC",
+    }
+    print_tables(result)
+    table = capsys.readouterr().out
+    assert (
+        "| 9,974,913 | Spark, task CPU (the last run; the join from its run into noop) | 13.6 s | 17.4 s | 37.8 s "
+        in table
+    )
+    assert "| 99,812 | Spark, task CPU | not split" in table and "| 99,812 | DuckDB, operator time" in table
+    assert "goal Spark <= 3.0x DuckDB at 10,000,000: 3.08x, NOT met" in table
+    plot(result, tmp_path / "batch_vs_duckdb.png")
+    assert (tmp_path / "batch_vs_duckdb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_scaling_bench_sums_state_over_operators_per_batch_and_keeps_the_peak():
