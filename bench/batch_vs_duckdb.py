@@ -172,10 +172,9 @@ def cpu_parts(size: dict[str, Any]) -> tuple[dict[str, float] | None, dict[str, 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Wall seconds per engine and size, with the ratio against the goal (left); CPU seconds by part
     at each size (right): where Spark's extra seconds go."""
-    import matplotlib
+    from bench.figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sizes = result["sizes"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.3]})
@@ -220,15 +219,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax2.set_title("where the CPU goes: read (Spark: and shuffle), join, write, other")
     ax2.set_xlim(right=widest * 1.2)
 
-    fig.suptitle(
+    save(
+        fig,
+        path,
         f"bench.batch_vs_duckdb: {result['variant']} {result['window']}, {result['join_type']}; "
         f"DuckDB {result['duckdb']}, {result['duckdb_threads']} threads; {result['date']}",
-        fontsize=10,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def print_tables(result: dict[str, Any]) -> None:

@@ -226,10 +226,9 @@ def progress_summary(progress) -> dict[str, Any]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Rates per stage (bars) and the waterfall of microseconds per record each stage adds."""
-    import matplotlib
+    from bench.figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rates = {k: v["events_per_s"] for k, v in result["stages"].items()}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [1, 1.15]})
@@ -262,15 +261,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax2.set_title("what each stage adds, µs per record")
 
     r = result
-    fig.suptitle(
+    save(
+        fig,
+        path,
         f"bench.decompose: {r['records']:,} records ({r['left_events']:,} left events), "
         f"maxOffsetsPerTrigger {r['max_offsets_per_trigger']:,}; {r['date']}, {r['machine']['cpus']} cores",
-        fontsize=10,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ------------------------------------------------------------------------------ the run

@@ -273,10 +273,9 @@ def unmatched_split(rows, sides, upper_s: float) -> dict[str, object]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """The bound's terms beside the non-matches' rows at p50 and p99, part by part (stacked bars)."""
-    import matplotlib
+    from bench.figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     split = result["unmatched_split"]
     upper, wm, trigger = result["upper_s"], result["right_watermark_s"], result["trigger_s"]
@@ -309,10 +308,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("seconds from the left event's time to its non-match row")
     ax.set_xlim(0, max(sum(v) for _, v in bars) * 1.12)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
-    fig.suptitle(f"bench.latency, native engine: {result['records_published']:,} records live", fontsize=10, y=1.04)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    title = f"bench.latency, native engine: {result['records_published']:,} records live"
+    save(fig, path, title, y=1.04, bbox_inches="tight")
 
 
 def _published(side, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:

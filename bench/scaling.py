@@ -353,10 +353,9 @@ def _live_state_panel(ax, live: list[dict[str, Any]], mode: str) -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
+    from bench.figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = [
         *(
@@ -371,10 +370,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.5, 5 * len(panels)), 4.6), squeeze=False)
     for ax, draw in zip(axes[0], panels):
         draw(ax)
-    fig.suptitle(result["command"], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, result["command"], fontsize=9, dpi=100)
 
 
 if __name__ == "__main__":
