@@ -16,13 +16,13 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: Path, title: str, *, fontsize: float = 10, dpi: int = 110, **layout: Any) -> None:
+def save(
+    fig: Any, path: Path, title: str, *, fontsize: float = 10, dpi: int = 110, title_y: float = 0.98, bbox_inches=None
+) -> None:
     """Title ``fig``, lay it out and write it to ``path`` as a PNG (its folder made), then free it.
-    ``layout``: ``y`` (the title's height) and ``bbox_inches`` (``"tight"``: the legend above the axes
-    kept in the picture)."""
-    title_y = {"y": layout["y"]} if "y" in layout else {}
-    fig.suptitle(title, fontsize=fontsize, **title_y)
+    ``bbox_inches="tight"`` keeps a legend drawn above the axes in the picture."""
+    fig.suptitle(title, fontsize=fontsize, y=title_y)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, **({"bbox_inches": layout["bbox_inches"]} if "bbox_inches" in layout else {}))
+    fig.savefig(path, dpi=dpi, bbox_inches=bbox_inches)
     pyplot().close(fig)

@@ -309,7 +309,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlim(0, max(sum(v) for _, v in bars) * 1.12)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
     title = f"bench.latency, native engine: {result['records_published']:,} records live"
-    save(fig, path, title, y=1.04, bbox_inches="tight")
+    save(fig, path, title, title_y=1.04, bbox_inches="tight")
 
 
 def _published(side, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
