@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     s = scratch_settings(root)
     base = default_spec()
     os.environ["JOINSHIFT_SPARK_UI"] = "true"  # for the per-stage CPU times (this process only)
-    spark = get_spark("joinshift-bench-batch-duckdb", s, extra_conf={"spark.ui.port": "0"})
+    spark = get_spark("joinshift-bench-batch-duckdb", s, extra_conf={"spark.ui.port": "0"}, throughput=True)
     stages = StageCpu(spark)
     load_before = os.getloadavg()
     results = []

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.spark import get_spark
 
     s, spec = settings(), load_spec(spec_path())
-    spark = get_spark("bench-compare", s)
+    spark = get_spark("bench-compare", s, throughput=True)
     times = []
     for i in range(args.rounds):
         t0 = time.monotonic()

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.storage.spark import get_spark
 
     s = scratch_settings(args.root)
-    spark = get_spark("bench-delta", s)
+    spark = get_spark("bench-delta", s, throughput=True)
     path = str(Path(s.storage_root) / "table")
     rows = (
         spark.range(args.rows)

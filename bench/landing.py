@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         for st in (spec.left, spec.right):
             kafka.create_topic(bootstrap, st.topic)
         publish(wl.records, bootstrap)
-        spark = get_spark("joinshift-bench-landing", s)
+        spark = get_spark("joinshift-bench-landing", s, throughput=True)
         for round_ in range(2):  # the first pays the warm-up
             for ds in days:
                 for side in ("left", "right"):

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="bench_window_sweep_"))
     os.environ["JOINSHIFT_SPARK_UI"] = "true"  # for the per-stage CPU times (this process only)
-    spark = get_spark("joinshift-bench-window-sweep", extra_conf={"spark.ui.port": "0"})
+    spark = get_spark("joinshift-bench-window-sweep", extra_conf={"spark.ui.port": "0"}, throughput=True)
     cpu = StageCpu(spark)
     try:
         sides = {}

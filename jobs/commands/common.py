@@ -41,10 +41,11 @@ def _load_spec(path: str) -> Any:
 
 def _spark(name: str, *, classic: bool = False) -> Any:
     """The process's Spark session: a Spark Connect client when ``spark_remote`` is set, unless
-    ``classic`` (the streaming commands: a driver of their own, see ``jobs.storage.spark``)."""
+    ``classic`` (the streaming commands: a driver of their own, see ``jobs.storage.spark``). The
+    other commands run to their end: a driver they start runs the throughput collector."""
     from jobs.storage.spark import get_spark
 
-    return get_spark(f"joinshift-{name}", classic=classic)
+    return get_spark(f"joinshift-{name}", classic=classic, throughput=not classic)
 
 
 def _bootstrap() -> str:

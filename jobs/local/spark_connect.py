@@ -169,7 +169,8 @@ class SparkConnectServer(LocalService):
     def command(self, port: int) -> list[str]:
         """``spark-submit`` of the Connect server with a joinshift driver's settings on ``port``."""
         conf = {
-            **session_conf(self.settings, log_name="spark-connect"),
+            # its clients run the steps that run to their end (a streaming step starts a driver of its own)
+            **session_conf(self.settings, log_name="spark-connect", throughput=True),
             "spark.app.name": "joinshift-spark-connect",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(port),

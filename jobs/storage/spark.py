@@ -30,6 +30,7 @@ from jobs.spec.streaming import StateStore
 from jobs.storage import fs
 from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
 from jobs.storage.scratch import driver_scratch, remove_own
+from jobs.storage.spark_log import log4j_config
 
 log = logging.getLogger("joinshift.spark")
 
@@ -115,44 +116,13 @@ def spark_jars(s: Settings) -> list[str]:
     return jars
 
 
-#: The JVM's log: everything to ``<log_dir>/spark.log``; the console shows only what is at least
-#: ``JOINSHIFT_SPARK_CONSOLE_LEVEL`` (default ERROR: a successful run prints no WARN noise; ``-v``
-#: sets WARN).
-_LOG4J2 = """status = error
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = {console}
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {file}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
-rootLogger.level = warn
-rootLogger.appenderRef.console.ref = console
-rootLogger.appenderRef.file.ref = file
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-"""
-
-
-def log4j_config(s: Settings, name: str = "spark") -> str:
-    """Write the JVM's logging configuration (to ``<log_dir>/<name>.log``) under the log dir;
-    return its path."""
-    Path(s.log_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(s.log_dir) / f"log4j2-{name}.properties"
-    console = os.environ.get("JOINSHIFT_SPARK_CONSOLE_LEVEL", "error").lower()
-    path.write_text(_LOG4J2.format(console=console, file=Path(s.log_dir) / f"{name}.log"))
-    return str(path)
-
-
-def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_name: str = "spark") -> dict[str, str]:
+def session_conf(
+    s: Settings, extra_conf: dict[str, str] | None = None, *, log_name: str = "spark", throughput: bool = False
+) -> dict[str, str]:
     """Every setting a joinshift Spark driver starts with: master, jars, memory, the quiet log
-    configuration, :data:`BASE_CONF`, then ``Settings.spark_conf`` and ``extra_conf`` (later wins).
-    The one list for a driver of this process and for a Spark Connect server alike."""
+    configuration (and for ``throughput``, the collector of :func:`driver_java_options`),
+    :data:`BASE_CONF`, then ``Settings.spark_conf`` and ``extra_conf`` (later wins). The one list
+    for a driver of this process and for a Spark Connect server alike."""
     own = _joinshift_jar_conf(s)
     conf = {
         "spark.master": s.spark_master,
@@ -160,7 +130,7 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
         "spark.driver.memory": s.spark_driver_memory,
         "spark.sql.warehouse.dir": s.path("warehouse"),
         "spark.ui.enabled": os.environ.get("JOINSHIFT_SPARK_UI", "false"),
-        "spark.driver.extraJavaOptions": driver_java_options(s, log_name),
+        "spark.driver.extraJavaOptions": driver_java_options(s, log_name, throughput=throughput),
         **BASE_CONF,
         **_local_delta_conf(s.spark_master),
         **_local_checkpoint_conf(s),
@@ -175,13 +145,34 @@ def session_conf(s: Settings, extra_conf: dict[str, str] | None = None, *, log_n
     return conf
 
 
-def driver_java_options(s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True) -> str:
+#: The collector of a driver started for a step that runs to its end (landing, the batch join,
+#: compare, the report, the sweep): the parallel collector, whose cheaper write barriers ran the
+#: batch join at 10 M left events in 0.94x the wall time and task CPU of G1 (BENCHMARKS.md, "The
+#: batch steps' driver on the parallel collector"). A streaming step's driver keeps the JVM's
+#: default, G1, whose pauses stay short as a long-lived heap fills.
+THROUGHPUT_COLLECTOR = "-XX:+UseParallelGC"
+#: A collector the user's own options name wins: a second one would stop the JVM at its start.
+_NAMED_COLLECTOR = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def driver_java_options(
+    s: Settings, log_name: str = "spark", *extra: str, use_archive: bool = True, throughput: bool = False
+) -> str:
     """The driver JVM's options: the quiet log configuration, set-up's class archive (unless
-    ``use_archive`` is False), ``extra``, then the settings' ``spark_driver_java_options``."""
+    ``use_archive`` is False), :data:`THROUGHPUT_COLLECTOR` for ``throughput`` (unless ``extra`` or
+    the settings name a collector), ``extra``, then the settings' ``spark_driver_java_options``."""
     archive = class_archive_options(s) if use_archive else []
     own = s.spark_driver_java_options.strip()
+    named = _NAMED_COLLECTOR.search(" ".join([*extra, own]))
+    collector = [THROUGHPUT_COLLECTOR] if throughput and not named else []
     return " ".join(
-        [f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}", *archive, *extra, *([own] if own else [])]
+        [
+            f"-Dlog4j2.configurationFile=file:{log4j_config(s, log_name)}",
+            *archive,
+            *collector,
+            *extra,
+            *([own] if own else []),
+        ]
     )
 
 
@@ -328,6 +319,7 @@ def get_spark(
     extra_conf: dict[str, str] | None = None,
     *,
     classic: bool = False,
+    throughput: bool = False,
 ) -> SparkSession:
     """Return the process's Spark session, creating it on first use: a client of the Spark
     Connect server ``spark_remote`` names when it is set, else a driver in this process.
@@ -335,6 +327,8 @@ def get_spark(
     ``classic=True`` asks for a driver in this process whatever ``spark_remote`` says: the
     streaming steps (their ``foreachBatch`` sinks hold state and wait on this process's threads).
     A process whose first session was a driver keeps using it for every later step.
+    ``throughput=True``: a step that runs to its end; a driver this call starts runs
+    :data:`THROUGHPUT_COLLECTOR` (a driver already running keeps its collector).
 
     Example::
 
@@ -356,7 +350,7 @@ def get_spark(
         return _connect(app_name, s, extra_conf)
     _python_for_workers(s.spark_master)
     builder = SparkSession.builder.appName(app_name)
-    conf = session_conf(s, extra_conf)
+    conf = session_conf(s, extra_conf, throughput=throughput)
     conf.update(driver_scratch(conf))  # a killed driver's folders are removed by the next one
     atexit.register(remove_own)  # after _stop (atexit runs the last registered first)
     for k, v in conf.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import date
@@ -141,16 +142,23 @@ def test_the_last_day_waits_for_its_next_right_day_and_everything_else_is_comput
     assert [(r.left_event_id, r.right_event_id) for r in ref.collect()] == [("L2", "R2")]
 
 
-def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec):
+def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec, tmp_path):
     """A fresh process (its own JVM) for a batch join and a stream increment: the JVM's start-up
-    notice, Spark's warnings and the listener bus at exit leave stderr empty."""
+    notice, Spark's warnings and the listener bus at exit leave stderr empty. The batch join's
+    driver runs the throughput collector, the stream's the JVM's default, G1 (each JVM's own log)."""
     _, path = cli_spec
+    collectors = {}
     for args in (["batch", "--ds", "2026-11-20", "--variant", "batch_1d_1d"], ["stream", "--available-now"]):
+        gc_log = tmp_path / f"gc-{args[0]}.log"
+        options = f"{os.environ.get('JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS', '')} -Xlog:gc:file={gc_log}".strip()
         res = subprocess.run(
             [sys.executable, "-m", "jobs.cli", args[0], "--spec", path, *args[1:]],
+            env={**os.environ, "JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS": options},
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert res.returncode == 0, res.stderr
         assert res.stderr == "", f"{args[0]} printed on stderr:\n{res.stderr}"
+        collectors[args[0]] = re.findall(r"\[gc\] Using (\w+)", gc_log.read_text())
+    assert collectors == {"batch": ["Parallel"], "stream": ["G1"]}

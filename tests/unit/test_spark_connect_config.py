@@ -233,3 +233,30 @@ def test_the_settings_jvm_options_come_after_joinshifts_own_and_reach_child_proc
     assert opts[0].startswith("-Dlog4j2.configurationFile=file:")  # the quiet logging and the archive stay
     assert opts[1:] == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off", *mine.split()]
     assert settings_env(s)["JOINSHIFT_SPARK_DRIVER_JAVA_OPTIONS"] == mine  # a supervised stream gets them too
+
+
+def test_a_step_that_runs_to_its_end_gets_the_throughput_collector_unless_the_user_names_one(tmp_path):
+    from jobs.storage.spark import THROUGHPUT_COLLECTOR, class_archive, session_conf
+
+    s = _settings_with_jars(tmp_path)
+    archive = class_archive(s)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"x")
+
+    def options(own: str = "", **kw) -> list[str]:
+        return session_conf(dataclasses.replace(s, spark_driver_java_options=own), **kw)[
+            "spark.driver.extraJavaOptions"
+        ].split()
+
+    assert THROUGHPUT_COLLECTOR == "-XX:+UseParallelGC"
+    assert THROUGHPUT_COLLECTOR not in options()  # a streaming step: the JVM's default, G1
+    mine = "-Xss4m -XX:+UseGCOverheadLimit"  # options, but no collector
+    assert options(mine, throughput=True)[1:] == [
+        f"-XX:SharedArchiveFile={archive}",
+        "-Xlog:cds*=off",
+        THROUGHPUT_COLLECTOR,
+        *mine.split(),
+    ]
+    for collector in ("-XX:+UseG1GC", "-XX:+UseSerialGC", "-XX:+UseZGC"):  # two would stop the JVM at its start
+        opts = options(f"-Xss4m {collector}", throughput=True)
+        assert THROUGHPUT_COLLECTOR not in opts and opts[-1] == collector
