@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         t = time.monotonic()
-        spark = get_spark("joinshift-replay-bench", s)
+        spark = get_spark("joinshift-replay-bench", s, throughput=True)  # as `joinshift replay` starts its driver
         spark.range(1).count()
         spark_start = time.monotonic() - t
         for rate in rates:

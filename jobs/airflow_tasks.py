@@ -39,11 +39,12 @@ def _spec(path: str | None) -> JoinSpec:
 def _spark(*, classic: bool = False):
     """The task's Spark session: a client of the Spark Connect server ``spark_remote`` names when
     it is set in the worker's environment, else a driver in the task's process. The streaming
-    tasks ask for ``classic`` (a driver of their own: ``jobs.storage.spark``); the others run to
-    their end, and a driver they start runs the throughput collector."""
+    tasks ask for ``classic`` (a driver of their own: ``jobs.storage.spark``). Every task runs to
+    its end (the continuous stream is a process of its own, ``joinshift stream``), so a driver a
+    task starts runs the throughput collector."""
     from jobs.storage.spark import get_spark
 
-    return get_spark("joinshift-airflow", classic=classic, throughput=not classic)
+    return get_spark("joinshift-airflow", classic=classic, throughput=True)
 
 
 def _ds(ds: str | date) -> date:

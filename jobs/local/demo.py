@@ -141,7 +141,8 @@ def run_demo(
 
         from jobs.storage.spark import get_spark
 
-        get_spark("joinshift-demo", classic=True)  # one driver for every DAG, the stream's too
+        # one driver for every DAG, the stream's too; each DAG's steps run to their end
+        get_spark("joinshift-demo", classic=True, throughput=True)
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         if bag.import_errors:
             console.print(f"[red]DAG import errors:[/red] {bag.import_errors}")

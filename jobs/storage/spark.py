@@ -146,9 +146,10 @@ def session_conf(
 
 
 #: The collector of a driver started for a step that runs to its end (landing, the batch join,
-#: compare, the report, the sweep): the parallel collector, which ran the batch join at 10 M left
-#: events in 0.94x the wall time and task CPU of G1, its GC time no higher (G1's barriers, most
-#: likely; BENCHMARKS.md, "The batch steps' driver on the parallel collector"). A streaming step's
+#: compare, the report, the sweep, a stream's increment, a replay): the parallel collector, which
+#: ran the batch join at 10 M left events in 0.94x the wall time and task CPU of G1, its GC time no
+#: higher (G1's barriers, most likely), and the streaming join 1.11x as fast (BENCHMARKS.md, "The
+#: batch steps' driver on the parallel collector", "The streams' drivers"). The continuous stream's
 #: driver keeps the JVM's default, G1, whose pauses stay short as a long-lived heap fills.
 THROUGHPUT_COLLECTOR = "-XX:+UseParallelGC"
 #: A collector the user's own options name wins: a second one would stop the JVM at its start.

@@ -11,6 +11,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -54,6 +55,7 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     from jobs.operate.process import StreamProcess
     from jobs.storage.hold import current_hold
     from jobs.storage.processes import pid_alive
+    from jobs.storage.spark import THROUGHPUT_COLLECTOR
     from jobs.storage.tables import Tables
 
     ps, path = pipeline
@@ -78,6 +80,10 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
         main(["stream", "--spec", str(path), "--available-now"])
     assert refused.value.code == 1
     assert wait_until(lambda: delta_version(out) >= 0, 180), "the supervised stream wrote no output"
+    # the continuous stream's driver lives on: it keeps the JVM's default collector (G1), where a
+    # step that runs to its end gets the throughput one (test_cli_errors reads those JVMs' logs)
+    jvms = [p.cmdline() for p in psutil.Process(first.pid).children(recursive=True) if p.name() == "java"]
+    assert len(jvms) == 1 and THROUGHPUT_COLLECTOR not in jvms[0], jvms
     states = {
         r.state for r in spark.read.format("delta").load(Tables.of(ps)._t("stream_health")).select("state").collect()
     }
