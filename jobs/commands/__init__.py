@@ -167,7 +167,8 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from jobs.steps.stream import run_continuous, run_increment
 
     spec = _load_spec(args.spec)
-    spark, bootstrap = _spark("stream-join", classic=True, live=not args.available_now), _bootstrap()
+    # only the continuous stream's driver lives on (G1); an increment runs to its end
+    spark, bootstrap = _spark("stream-join", classic=True, throughput=args.available_now), _bootstrap()
     if args.available_now:
         print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
     else:

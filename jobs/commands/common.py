@@ -39,14 +39,14 @@ def _load_spec(path: str) -> Any:
     return load_spec(spec_path(path))
 
 
-def _spark(name: str, *, classic: bool = False, live: bool = False) -> Any:
+def _spark(name: str, *, classic: bool = False, throughput: bool = True) -> Any:
     """The process's Spark session: a Spark Connect client when ``spark_remote`` is set, unless
-    ``classic`` (the streaming commands: a driver of their own, see ``jobs.storage.spark``). A
-    driver started for a command that runs to its end (every one but the continuous stream,
-    ``live``) runs the throughput collector."""
+    ``classic`` (the streaming commands: a driver of their own, see ``jobs.storage.spark``). Every
+    command runs to its end but the continuous stream, so a driver started here runs the
+    throughput collector unless the caller says ``throughput=False``."""
     from jobs.storage.spark import get_spark
 
-    return get_spark(f"joinshift-{name}", classic=classic, throughput=not live)
+    return get_spark(f"joinshift-{name}", classic=classic, throughput=throughput)
 
 
 def _bootstrap() -> str:
