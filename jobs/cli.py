@@ -413,6 +413,13 @@ def main(argv: list[str] | None = None) -> int:
         code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError", "SettingsError") else 1
     except KeyboardInterrupt:  # Ctrl-C: Spark's jobs are cancelled (pyspark's handler); no traceback
         message, code = "interrupted", 130
+    except OSError as exc:
+        if exc.filename is None:  # not a path's fault (a socket, a process): a bug to see whole
+            raise
+        # a path the user named (--out, a spec) or one under the configured folders (storage_root,
+        # log_dir): one line to fix it by; the traceback goes to the log file only
+        logging.getLogger(__name__).info("%s failed on a path", args.command, exc_info=True)
+        message, code = f"{exc.filename}: {exc.strerror or exc}; check the path and its permissions", 1
     # a spec error names every bad field, one per line; anything else is one line
     text = f"joinshift {args.command}: {message}"
     print(text, file=sys.stderr)

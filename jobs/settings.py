@@ -89,6 +89,8 @@ def _config_file() -> Path | None:
     explicit = os.environ.get("JOINSHIFT_CONFIG")
     if explicit:
         p = Path(explicit)
+        if p.is_dir():
+            raise SettingsError(f"JOINSHIFT_CONFIG points to {p}, a folder: name the settings file in it")
         if not p.is_file():
             raise SettingsError(f"JOINSHIFT_CONFIG points to {p}, which does not exist: fix the path or unset it")
         return p
@@ -121,6 +123,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
             data = yaml.safe_load(cfg.read_text()) or {}
         except yaml.YAMLError as exc:
             raise SettingsError(f"{cfg}: not valid YAML ({' '.join(str(exc).split())})") from None
+        except UnicodeDecodeError:
+            raise SettingsError(f"{cfg}: not UTF-8 text; a settings file is YAML") from None
+        except OSError as exc:
+            raise SettingsError(f"{cfg}: cannot be read ({exc.strerror}); check its permissions") from None
         if not isinstance(data, dict):
             raise SettingsError(f"{cfg}: a settings file is a YAML mapping of setting: value")
         unknown = set(data) - set(_FIELDS)

@@ -463,12 +463,27 @@ def validate_model(
 def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
     """A YAML file's content and its name for messages; a clear error if missing or not YAML."""
     p = Path(path)
+    if p.is_dir():
+        raise SpecError(f"{what} {p} is a folder; name the YAML file in it")
     if not p.is_file():
         raise SpecError(f"{what} {p} does not exist")
     try:
-        return yaml.safe_load(p.read_text()), str(p)
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} {p} is not UTF-8 text; name a YAML file") from None
+    except OSError as exc:
+        raise SpecError(f"{what} {p} cannot be read ({exc.strerror}); check its permissions") from None
+    try:
+        return yaml.safe_load(text), str(p)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML: {exc}") from None
+        raise SpecError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: what it found, and where (1-based line and column)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
 
 
 def parse_spec(data: Any, source: str = "<spec>", folder: str | Path | None = None) -> JoinSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC
 
 import pytest
@@ -10,31 +11,29 @@ import yaml
 from jobs.cli import build_parser, main
 from jobs.spec import DEFAULT_SPEC
 
-COMMANDS = [
-    "kafka",
-    "airflow",
-    "demo",
-    "generate",
-    "import",
-    "land",
-    "batch",
-    "stream",
-    "compare",
-    "recommend",
-    "attribute",
-    "report",
-    "plan",
-    "checkpoint",
-    "replay",
-    "replay-as-live",
-    "runbook",
-]
+
+def _commands(parser=None, prefix=()):
+    """Every command and sub-command the parser has, as argument lists (``gate promote`` too)."""
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield [*prefix, name]
+                yield from _commands(sub, (*prefix, name))
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+COMMANDS = list(_commands())
+
+
+def test_the_commands_are_read_from_the_parser():
+    assert {"demo", "sweep", "health", "supervise", "spark-server"} <= {c[0] for c in COMMANDS}
+    assert ["gate", "promote"] in COMMANDS and ["gate", "rollback"] in COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as exc:
-        build_parser().parse_args([command, "--help"])
+        build_parser().parse_args([*command, "--help"])
     assert exc.value.code == 0
     assert "usage" in capsys.readouterr().out.lower()
 
@@ -83,6 +82,45 @@ def test_an_invalid_spec_fails_naming_the_field(tmp_path, demo_spec_data):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(SystemExit, match=r"window\.upper"):
         main(["compare", "--spec", str(bad), "--ds", "2026-11-20"])
+
+
+@pytest.mark.parametrize(
+    "content,says",
+    [
+        (None, "is a folder; name the YAML file in it"),
+        (b"\x7fELF\x02\x01\x01\x00\xd0\xff", "is not UTF-8 text"),
+        (b"window: [1, 2\n", "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2, column 1)"),
+    ],
+    ids=["folder", "binary", "unclosed"],
+)
+def test_a_spec_that_is_not_a_yaml_file_is_refused_in_one_line(content, says, tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.mkdir() if content is None else spec.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--spec", str(spec), "--ds", "2026-11-20"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("joinshift compare:") and says in err and "\n" not in err
+
+
+def test_a_path_that_cannot_be_written_is_one_line_and_its_traceback_is_logged(tmp_path, capsys, monkeypatch):
+    from jobs.settings import settings
+
+    monkeypatch.setenv("JOINSHIFT_LOG_DIR", str(tmp_path / "logs"))
+    settings.cache_clear()
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "reports"  # under a file: no folder can be made there
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(["report", "--example", "--out", str(out)])
+    finally:
+        settings.cache_clear()
+    assert exc.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"joinshift report: {out}") and "\n" not in err  # the folder it tried to make
+    assert err.endswith(": Not a directory; check the path and its permissions")
+    log = (tmp_path / "logs" / "joinshift.log").read_text()
+    assert "report failed on a path" in log and "Traceback" in log and "NotADirectoryError" in log
 
 
 @pytest.mark.parametrize(

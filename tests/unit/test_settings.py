@@ -22,3 +22,18 @@ def test_a_variables_relative_paths_are_the_current_folders_and_a_config_files_i
     s = load_settings({"JOINSHIFT_JAR_CACHE": "../jars"})
     assert Path(s.log_dir) == conf_dir / "logs" and s.storage_root == "/data/js" and s.local_root == ""
     assert s.jar_cache == str(tmp_path / ".." / "jars")
+
+
+def test_a_settings_file_that_is_a_folder_or_not_text_is_refused_in_one_line(tmp_path, monkeypatch):
+    import pytest
+
+    from jobs.settings import SettingsError
+
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(tmp_path))
+    with pytest.raises(SettingsError, match="a folder: name the settings file in it"):
+        load_settings({})
+    binary = tmp_path / "joinshift.yaml"
+    binary.write_bytes(b"\x7fELF\x02\x01\xd0\xff")
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(binary))
+    with pytest.raises(SettingsError, match="not UTF-8 text"):
+        load_settings({})
