@@ -75,6 +75,16 @@ def test_a_backlog_day_says_its_rate_is_an_upper_bound_and_a_replay_as_live_day_
     assert gate.day_met(gate.evaluate_day(good(D, stream_run="live"), SLO))
 
 
+def test_a_missing_input_that_fails_several_checks_is_said_once():
+    why = "no stream output or landed left events for 2026-11-16"
+    notes = {c: why for c in ("unexplained_misses", "lost_rows", "latency_p99")}
+    slo = Slo(**{**SLO.__dict__, "max_latency_s": 3600.0})
+    m = good(D, unexplained=None, lost=None, notes=notes)
+    checks = gate.evaluate_day(m, slo)
+    assert [c.check for c in checks if c.status == FAILED] == ["unexplained_misses", "lost_rows", "latency_p99"]
+    assert gate.why_not(checks) == why
+
+
 def test_a_latency_budget_is_checked_and_unmeasured_latency_then_fails():
     slo = Slo(**{**SLO.__dict__, "max_latency_s": 3600.0})
     assert status(good(D, latency_p99_s=1800.0), slo)["latency_p99"] == MET
