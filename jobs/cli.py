@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from jobs import commands
 from jobs.settings import settings
@@ -40,6 +41,31 @@ def _positive_int(value: str) -> int:
     return n
 
 
+#: The engines whose versions a bug report needs beside joinshift's own.
+_ENGINES = ("pyspark", "delta-spark", "apache-airflow", "great-expectations", "kafka-python")
+
+
+class _Version(argparse.Action):
+    """``--version``: joinshift's version and its engines', read when asked (not on every parse)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any):
+        super().__init__(
+            option_strings, dest, nargs=0, help="print the versions of joinshift and the engines it runs on"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        def of(dist: str) -> str:
+            try:
+                return version(dist)
+            except PackageNotFoundError:
+                return "not installed"
+
+        print(f"joinshift {of('joinshift')} ({', '.join(f'{d} {of(d)}' for d in _ENGINES)})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     try:
         from rich_argparse import RawDescriptionRichHelpFormatter as fmt  # noqa: N813
@@ -54,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         "search sessions, runs batch and streaming joins through Airflow, prints the comparison).",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="logs (and Spark/Airflow warnings) on the console")
+    p.add_argument("-V", "--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def cmd(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:

@@ -38,6 +38,18 @@ def test_every_command_has_help(command, capsys):
     assert "usage" in capsys.readouterr().out.lower()
 
 
+def test_version_names_joinshift_and_its_engines_as_installed(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"joinshift {version('joinshift')} (") and "\n" not in out
+    for dist in ("pyspark", "delta-spark", "apache-airflow", "great-expectations", "kafka-python"):
+        assert f"{dist} {version(dist)}" in out
+
+
 def test_a_bad_date_names_the_argument(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["land", "--ds", "20-11-2026"])
