@@ -113,6 +113,10 @@ def _absolute(values: dict, base: Path) -> dict:
     }
 
 
+#: Settings that are mappings: the settings file only, no variable.
+_MAPPINGS = ("spark_conf", "kafka_properties")
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Defaults, then the config file, then ``JOINSHIFT_*`` environment variables."""
     env = dict(os.environ if env is None else env)
@@ -135,7 +139,12 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         values.update(_absolute(data, cfg.parent))
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
-        if key in env and name not in ("spark_conf", "kafka_properties"):
+        if key in env and name in _MAPPINGS:  # set but never read would be a setting silently lost
+            raise SettingsError(
+                f"{key} is not read: {name} is a mapping; put `{name}:` in the settings file "
+                "(JOINSHIFT_CONFIG or joinshift.yaml) and unset the variable"
+            )
+        if key in env:
             values.update(_absolute({name: env[key]}, Path.cwd()))
     remote = values.get("spark_remote")
     if remote and not _REMOTE.match(str(remote)):

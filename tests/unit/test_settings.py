@@ -37,3 +37,18 @@ def test_a_settings_file_that_is_a_folder_or_not_text_is_refused_in_one_line(tmp
     monkeypatch.setenv("JOINSHIFT_CONFIG", str(binary))
     with pytest.raises(SettingsError, match="not UTF-8 text"):
         load_settings({})
+
+
+def test_a_variable_for_a_mapping_setting_is_refused_not_ignored(monkeypatch):
+    import pytest
+
+    from jobs.settings import SettingsError
+
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    with pytest.raises(
+        SettingsError, match=r"JOINSHIFT_SPARK_CONF is not read: spark_conf is a mapping; put `spark_conf:`"
+    ):
+        load_settings({"JOINSHIFT_SPARK_CONF": '{"spark.sql.shuffle.partitions": "8"}'})
+    with pytest.raises(SettingsError, match="JOINSHIFT_KAFKA_PROPERTIES is not read"):
+        load_settings({"JOINSHIFT_KAFKA_PROPERTIES": "security.protocol=SSL"})
+    assert load_settings({"JOINSHIFT_KAFKA_PROPERTIES_FILE": "client.properties"}).kafka_properties_file
