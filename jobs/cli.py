@@ -326,6 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rb.add_argument("--commands", action="store_true", help="print only the commands to run, in order")
     _gate_parser(cmd("gate", commands.cmd_gate, "the cut-over gate: shadow -> canary -> cutover -> retired"), fmt)
+    st = cmd(
+        "settings",
+        commands.cmd_settings,
+        "the settings in effect and where each comes from: default, the settings file "
+        "(JOINSHIFT_CONFIG or joinshift.yaml) or a JOINSHIFT_* variable; credentials hidden",
+    )
+    st.add_argument("--json", action="store_true", help="as JSON: a list of {setting, value, from}")
     return p
 
 

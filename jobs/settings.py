@@ -119,8 +119,15 @@ _MAPPINGS = ("spark_conf", "kafka_properties")
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
     """Defaults, then the config file, then ``JOINSHIFT_*`` environment variables."""
+    return resolve_settings(env)[0]
+
+
+def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[str, str]]:
+    """The settings, and where each one's value came from: ``default``, the settings file's path,
+    or the ``JOINSHIFT_*`` variable's name (``joinshift settings`` shows both)."""
     env = dict(os.environ if env is None else env)
     values: dict[str, object] = {}
+    origins = dict.fromkeys(_FIELDS, "default")
     cfg = _config_file()
     if cfg is not None:
         try:
@@ -137,6 +144,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         if unknown:
             raise SettingsError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
         values.update(_absolute(data, cfg.parent))
+        origins.update(dict.fromkeys(data, str(cfg)))
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
         if key in env and name in _MAPPINGS:  # set but never read would be a setting silently lost
@@ -146,13 +154,44 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
             )
         if key in env:
             values.update(_absolute({name: env[key]}, Path.cwd()))
+            origins[name] = key
     remote = values.get("spark_remote")
     if remote and not _REMOTE.match(str(remote)):
         where = "JOINSHIFT_SPARK_REMOTE" if "JOINSHIFT_SPARK_REMOTE" in env else str(cfg)
         raise SettingsError(
             f"{where}: spark_remote {remote!r} is not a Spark Connect URL; use sc://host:port, e.g. sc://127.0.0.1:15002"
         )
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values), origins  # type: ignore[arg-type]
+
+
+#: Keys whose values are credentials: never printed (``joinshift settings``).
+_SECRET_KEY = re.compile(r"(?i)(secret|password|passwd|token|credential|jaas|(^|[._])key$)")
+#: A value that names a secret instead of holding it (``${env:NAME}``, ``${file:/path}``): safe to show.
+_REFERENCE = re.compile(r"^\$\{(env|file):[^}]+\}$")
+
+
+def _shown(key: str, value: object, all_secret: bool) -> str:
+    text = str(value)
+    if _REFERENCE.match(text) or not (all_secret or _SECRET_KEY.search(key)):
+        return text
+    return "*** (hidden)"
+
+
+def settings_rows(s: Settings, origins: dict[str, str]) -> list[tuple[str, str, str]]:
+    """``(setting, value, where it came from)`` for each setting, a mapping's entries one a row
+    (``spark_conf.spark.sql.shuffle.partitions``). Kafka properties are shown only when they name a
+    secret (``${env:NAME}``), never when they hold one; Spark settings whose key names a credential
+    (``...secret.key``, ``...password``) likewise."""
+    rows: list[tuple[str, str, str]] = []
+    for name in _FIELDS:
+        value = getattr(s, name)
+        if name in _MAPPINGS:
+            rows += [(f"{name}.{k}", _shown(k, v, name == "kafka_properties"), origins[name]) for k, v in value.items()]
+            if not value:
+                rows.append((name, "", origins[name]))
+        else:
+            rows.append((name, str(value), origins[name]))
+    return rows
 
 
 @lru_cache(maxsize=1)

@@ -511,6 +511,28 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    """The settings this process resolves (defaults, the settings file, ``JOINSHIFT_*``), each
+    with where its value came from; credentials are hidden."""
+    from rich.table import Table
+
+    from jobs.settings import resolve_settings, settings_rows
+
+    rows = settings_rows(*resolve_settings())
+    if args.json:
+        print(json.dumps([{"setting": n, "value": v, "from": o} for n, v, o in rows], indent=2))
+        return 0
+    t = Table(
+        title="joinshift settings", title_justify="left", caption="later wins: default < settings file < JOINSHIFT_*"
+    )
+    for col in ("setting", "value", "from"):
+        t.add_column(col, overflow="fold")
+    for name, value, origin in rows:
+        t.add_row(name, value or "[dim](empty)[/dim]", origin)
+    _console().print(t)
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from jobs.spec import load_spec
     from jobs.spec.plan import plan

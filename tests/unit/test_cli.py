@@ -50,6 +50,26 @@ def test_version_names_joinshift_and_its_engines_as_installed(capsys):
         assert f"{dist} {version(dist)}" in out
 
 
+def test_settings_lists_every_setting_with_its_origin(capsys, monkeypatch):
+    import json
+
+    from jobs.settings import _FIELDS
+
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    monkeypatch.setenv("JOINSHIFT_SPARK_DRIVER_MEMORY", "3g")
+    assert main(["settings", "--json"]) == 0
+    rows = {r["setting"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["spark_driver_memory"] == {
+        "setting": "spark_driver_memory",
+        "value": "3g",
+        "from": "JOINSHIFT_SPARK_DRIVER_MEMORY",
+    }
+    assert {n for n in _FIELDS if n not in ("spark_conf", "kafka_properties")} <= set(rows)
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "JOINSHIFT_SPARK_DRIVER_MEMORY" in out and "spark_driver_memory" in out
+
+
 def test_a_bad_date_names_the_argument(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["land", "--ds", "20-11-2026"])

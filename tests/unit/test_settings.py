@@ -52,3 +52,27 @@ def test_a_variable_for_a_mapping_setting_is_refused_not_ignored(monkeypatch):
     with pytest.raises(SettingsError, match="JOINSHIFT_KAFKA_PROPERTIES is not read"):
         load_settings({"JOINSHIFT_KAFKA_PROPERTIES": "security.protocol=SSL"})
     assert load_settings({"JOINSHIFT_KAFKA_PROPERTIES_FILE": "client.properties"}).kafka_properties_file
+
+
+def test_each_setting_says_where_its_value_came_from_and_credentials_are_not_shown(tmp_path, monkeypatch):
+    from jobs.settings import resolve_settings, settings_rows
+
+    cfg = tmp_path / "joinshift.yaml"
+    cfg.write_text(
+        "spark_master: spark://file:7077\n"
+        "spark_conf:\n  spark.hadoop.fs.s3a.secret.key: s3cr3t\n  spark.sql.shuffle.partitions: '8'\n"
+        "kafka_properties:\n  sasl.jaas.config: hunter2\n  ssl.truststore.password: ${env:TS_PW}\n"
+    )
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(cfg))
+    s, origins = resolve_settings({"JOINSHIFT_SPARK_MASTER": "local[2]", "JOINSHIFT_LOG_DIR": "logs"})
+    assert s.spark_master == "local[2]" and origins["spark_master"] == "JOINSHIFT_SPARK_MASTER"  # the variable wins
+    assert origins["spark_conf"] == str(cfg) and origins["storage_root"] == "default"
+    rows = {name: (value, origin) for name, value, origin in settings_rows(s, origins)}
+    assert rows["log_dir"] == (str(Path.cwd() / "logs"), "JOINSHIFT_LOG_DIR")
+    assert rows["spark_conf.spark.sql.shuffle.partitions"] == ("8", str(cfg))
+    assert rows["spark_conf.spark.hadoop.fs.s3a.secret.key"][0] == "*** (hidden)"
+    assert rows["kafka_properties.sasl.jaas.config"][0] == "*** (hidden)"  # every Kafka property held is hidden
+    assert rows["kafka_properties.ssl.truststore.password"][0] == "${env:TS_PW}"  # one that names a secret is not
+    assert rows["local_root"] == ("", "default")
+    shown = " ".join(v for v, _ in rows.values())
+    assert "s3cr3t" not in shown and "hunter2" not in shown
