@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def with_spec(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})")
+        _path(sp.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})"))
         return sp
 
     def with_ds(sp: argparse.ArgumentParser, required: bool = True) -> argparse.ArgumentParser:
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(exit 1 if a quality gate fails)",
         )
     )
-    d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})")
+    _path(d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})"))
     d.add_argument(
         "--slice-minutes",
         type=_positive_int,
@@ -150,14 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     g = with_spec(cmd("generate", commands.cmd_generate, "generate a workload and publish it to Kafka at once"))
-    g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML")
+    _path(g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML"))
     g.add_argument("--dry-run", action="store_true", help="generate and print the summary; publish nothing")
 
     im = with_spec(
         cmd("import", commands.cmd_import, "publish your own files (Parquet, CSV, JSON lines) to the spec's topics")
     )
-    im.add_argument("--left", metavar="FILE", help="the left stream's rows (a file or a folder of them)")
-    im.add_argument("--right", metavar="FILE", help="the right stream's rows")
+    _path(im.add_argument("--left", metavar="FILE", help="the left stream's rows (a file or a folder of them)"))
+    _path(im.add_argument("--right", metavar="FILE", help="the right stream's rows"))
     im.add_argument(
         "--arrival", metavar="COLUMN", help="the column holding each row's arrival time (default: format.arrival)"
     )
@@ -278,8 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         commands.cmd_plan,
         "compare a deployed spec with a new one: reuse the checkpoint (exit 0), or replay (exit 3)?",
     )
-    pl.add_argument("--deployed", required=True, help="the spec the running job uses")
-    pl.add_argument("--proposed", required=True, help="the spec you want to deploy")
+    _path(pl.add_argument("--deployed", required=True, help="the spec the running job uses"))
+    _path(pl.add_argument("--proposed", required=True, help="the spec you want to deploy"))
     pl.add_argument("--json", action="store_true")
     ck = with_spec(cmd("checkpoint", commands.cmd_checkpoint, "inspect, validate or back up the streaming checkpoint"))
     ck.add_argument("action", choices=("inspect", "validate", "backup"))
@@ -333,7 +333,29 @@ def build_parser() -> argparse.ArgumentParser:
         "(JOINSHIFT_CONFIG or joinshift.yaml) or a JOINSHIFT_* variable; credentials hidden",
     )
     st.add_argument("--json", action="store_true", help="as JSON: a list of {setting, value, from}")
+    co = cmd(
+        "completion",
+        _completion,
+        'print a tab-completion script for your shell, e.g. `eval "$(joinshift completion bash)"` '
+        "in ~/.bashrc (zsh: `joinshift completion zsh > ~/.zfunc/_joinshift`)",
+    )
+    co.add_argument("shell", choices=("bash", "zsh"))
     return p
+
+
+def _path(action: argparse.Action) -> None:
+    """A file-path argument: the completion scripts complete file names there."""
+    import shtab
+
+    action.complete = shtab.FILE  # type: ignore[attr-defined]
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """The script is made from this parser (shtab), so it knows every command and option there is."""
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter]) -> None:

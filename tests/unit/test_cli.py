@@ -70,6 +70,36 @@ def test_settings_lists_every_setting_with_its_origin(capsys, monkeypatch):
     assert "JOINSHIFT_SPARK_DRIVER_MEMORY" in out and "spark_driver_memory" in out
 
 
+@pytest.mark.parametrize(
+    "line,offered",
+    [
+        ("joinshift sett", {"settings"}),
+        ("joinshift gate pro", {"promote"}),
+        ("joinshift stream --av", {"--available-now"}),
+        ("joinshift kafka st", {"start", "stop", "status"}),
+    ],
+)
+def test_bash_completes_commands_options_and_choices_from_the_parser(line, offered, capsys, tmp_path):
+    """The script ``joinshift completion bash`` prints, sourced by a real bash and asked as the
+    shell asks it on <Tab>."""
+    import shutil
+    import subprocess
+
+    assert main(["completion", "bash"]) == 0
+    script = tmp_path / "joinshift.bash"
+    script.write_text(capsys.readouterr().out)
+    words = line.split()
+    ask = (
+        f"source {script}\n"
+        f"COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}; COMP_LINE='{line}'; COMP_POINT={len(line)}\n"
+        "$(complete -p joinshift | sed -E 's/.*-F ([^ ]+) .*/\\1/') joinshift\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    out = subprocess.run([shutil.which("bash") or "bash", "-c", ask], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert {w.strip() for w in out.stdout.split()} == offered, out.stdout
+
+
 def test_a_bad_date_names_the_argument(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["land", "--ds", "20-11-2026"])
