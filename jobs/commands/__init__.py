@@ -27,7 +27,6 @@ from jobs.commands.common import (
     _ds_range,
     _load_spec,
     _print_json,
-    _service_action,
     _spark,
     _stop_on_signals,
 )
@@ -35,8 +34,10 @@ from jobs.commands.operate import (
     cmd_checkpoint,
     cmd_gate,
     cmd_health,
+    cmd_kafka,
     cmd_replay,
     cmd_runbook,
+    cmd_settings,
     cmd_spark_server,
     cmd_supervise,
 )
@@ -49,20 +50,16 @@ __all__ = [
     "cmd_checkpoint",
     "cmd_gate",
     "cmd_health",
+    "cmd_kafka",
     "cmd_replay",
     "cmd_runbook",
+    "cmd_settings",
     "cmd_spark_server",
     "cmd_supervise",
 ]
 
 
 # ------------------------------------------------------------------------------- commands
-
-
-def cmd_kafka(args: argparse.Namespace) -> int:
-    from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
-
-    return _service_action(EmbeddedKafka(), args, BrokerError, start_timeout=60)
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
@@ -508,28 +505,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             files = publish(spark, spec, ds, learn_days=[ds])
             progress.console.print(f"{ds}: {files.html}")
             progress.advance(t)
-    return 0
-
-
-def cmd_settings(args: argparse.Namespace) -> int:
-    """The settings this process resolves (defaults, the settings file, ``JOINSHIFT_*``), each
-    with where its value came from; credentials are hidden."""
-    from rich.table import Table
-
-    from jobs.settings import resolve_settings, settings_rows
-
-    rows = settings_rows(*resolve_settings())
-    if args.json:
-        print(json.dumps([{"setting": n, "value": v, "from": o} for n, v, o in rows], indent=2))
-        return 0
-    t = Table(
-        title="joinshift settings", title_justify="left", caption="later wins: default < settings file < JOINSHIFT_*"
-    )
-    for col in ("setting", "value", "from"):
-        t.add_column(col, overflow="fold")
-    for name, value, origin in rows:
-        t.add_row(name, value or "[dim](empty)[/dim]", origin)
-    _console().print(t)
     return 0
 
 

@@ -1,5 +1,6 @@
 """Command bodies of the operations wing: checkpoint, replay, supervise, health, runbook, gate,
-and the local Spark Connect server the short steps share (spark-server)."""
+the local services (the embedded Kafka broker, the Spark Connect server the short steps share),
+and the settings in effect."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from jobs.commands.common import (
     EXIT_USAGE,
     UserError,
     _bootstrap,
+    _console,
     _ds_range,
     _load_spec,
     _print_json,
@@ -198,6 +200,13 @@ def _gate_summary(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cmd_kafka(args: argparse.Namespace) -> int:
+    """The embedded broker: ``start``, ``stop`` or ``status`` (the same shape as ``spark-server``)."""
+    from jobs.local.kafka_broker import BrokerError, EmbeddedKafka
+
+    return _service_action(EmbeddedKafka(), args, BrokerError, start_timeout=60)
+
+
 def cmd_spark_server(args: argparse.Namespace) -> int:
     """``start`` prints the URL for ``JOINSHIFT_SPARK_REMOTE``; ``status`` the pid and URL as JSON."""
     from jobs.local.spark_connect import SparkConnectError, SparkConnectServer
@@ -205,3 +214,25 @@ def cmd_spark_server(args: argparse.Namespace) -> int:
     if args.port is not None and not 0 <= args.port <= 65535:
         raise UserError(f"--port {args.port}: use 1-65535, or 0 for a free port", EXIT_USAGE)
     return _service_action(SparkConnectServer(port=args.port), args, SparkConnectError, start_timeout=120)
+
+
+def cmd_settings(args: argparse.Namespace) -> int:
+    """The settings this process resolves (defaults, the settings file, ``JOINSHIFT_*``), each
+    with where its value came from; credentials are hidden."""
+    from rich.table import Table
+
+    from jobs.settings import resolve_settings, settings_rows
+
+    rows = settings_rows(*resolve_settings())
+    if args.json:
+        print(json.dumps([{"setting": n, "value": v, "from": o} for n, v, o in rows], indent=2))
+        return 0
+    t = Table(
+        title="joinshift settings", title_justify="left", caption="later wins: default < settings file < JOINSHIFT_*"
+    )
+    for col in ("setting", "value", "from"):
+        t.add_column(col, overflow="fold")
+    for name, value, origin in rows:
+        t.add_row(name, value or "[dim](empty)[/dim]", origin)
+    _console().print(t)
+    return 0
