@@ -164,29 +164,30 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
     return Settings(**values), origins  # type: ignore[arg-type]
 
 
-#: Keys whose values are credentials: never printed (``joinshift settings``).
-_SECRET_KEY = re.compile(r"(?i)(secret|password|passwd|token|credential|jaas|(^|[._])key$)")
-#: A value that names a secret instead of holding it (``${env:NAME}``, ``${file:/path}``): safe to show.
-_REFERENCE = re.compile(r"^\$\{(env|file):[^}]+\}$")
+#: A value's reference to a secret kept elsewhere, resolved when a client is made and never
+#: logged: ``${env:NAME}`` or ``${file:/path}`` (Kafka properties; ``jobs.storage.kafka_config``).
+SECRET_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+#: Keys whose values are credentials (``ssl.key.password``, ``sasl.jaas.config``,
+#: ``spark.hadoop.fs.s3a.secret.key``): never printed by ``joinshift settings``.
+_CREDENTIAL_KEY = re.compile(r"(?i)(secret|password|passwd|token|credential|jaas|(^|[._])key$)")
 
 
-def _shown(key: str, value: object, all_secret: bool) -> str:
+def _shown(key: str, value: object) -> str:
     text = str(value)
-    if _REFERENCE.match(text) or not (all_secret or _SECRET_KEY.search(key)):
-        return text
-    return "*** (hidden)"
+    if _CREDENTIAL_KEY.search(key) and not SECRET_REFERENCE.fullmatch(text):
+        return "*** (hidden)"
+    return text
 
 
 def settings_rows(s: Settings, origins: dict[str, str]) -> list[tuple[str, str, str]]:
     """``(setting, value, where it came from)`` for each setting, a mapping's entries one a row
-    (``spark_conf.spark.sql.shuffle.partitions``). Kafka properties are shown only when they name a
-    secret (``${env:NAME}``), never when they hold one; Spark settings whose key names a credential
-    (``...secret.key``, ``...password``) likewise."""
+    (``spark_conf.spark.sql.shuffle.partitions``). An entry whose key names a credential is hidden
+    unless its value only names a secret (``${env:NAME}``)."""
     rows: list[tuple[str, str, str]] = []
     for name in _FIELDS:
         value = getattr(s, name)
         if name in _MAPPINGS:
-            rows += [(f"{name}.{k}", _shown(k, v, name == "kafka_properties"), origins[name]) for k, v in value.items()]
+            rows += [(f"{name}.{k}", _shown(k, v), origins[name]) for k, v in value.items()]
             if not value:
                 rows.append((name, "", origins[name]))
         else:

@@ -16,9 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jobs.settings import Settings, SettingsError
+from jobs.settings import SECRET_REFERENCE, Settings, SettingsError
 
-_SECRET = re.compile(r"\$\{(env|file):([^}]+)\}")
 _JAAS_ARG = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Properties Spark's Kafka source sets itself and refuses as options (it would throw).
 SPARK_MANAGED = {
@@ -67,7 +66,7 @@ def _resolve(name: str, value: str) -> str:
         except OSError:
             raise SettingsError(f"Kafka property {name} names ${{file:{ref}}}, which cannot be read") from None
 
-    return _SECRET.sub(secret, value)
+    return SECRET_REFERENCE.sub(secret, value)
 
 
 def client_properties(s: Settings) -> dict[str, str]:

@@ -62,6 +62,7 @@ def test_each_setting_says_where_its_value_came_from_and_credentials_are_not_sho
         "spark_master: spark://file:7077\n"
         "spark_conf:\n  spark.hadoop.fs.s3a.secret.key: s3cr3t\n  spark.sql.shuffle.partitions: '8'\n"
         "kafka_properties:\n  sasl.jaas.config: hunter2\n  ssl.truststore.password: ${env:TS_PW}\n"
+        "  security.protocol: SASL_SSL\n"
     )
     monkeypatch.setenv("JOINSHIFT_CONFIG", str(cfg))
     s, origins = resolve_settings({"JOINSHIFT_SPARK_MASTER": "local[2]", "JOINSHIFT_LOG_DIR": "logs"})
@@ -71,8 +72,9 @@ def test_each_setting_says_where_its_value_came_from_and_credentials_are_not_sho
     assert rows["log_dir"] == (str(Path.cwd() / "logs"), "JOINSHIFT_LOG_DIR")
     assert rows["spark_conf.spark.sql.shuffle.partitions"] == ("8", str(cfg))
     assert rows["spark_conf.spark.hadoop.fs.s3a.secret.key"][0] == "*** (hidden)"
-    assert rows["kafka_properties.sasl.jaas.config"][0] == "*** (hidden)"  # every Kafka property held is hidden
-    assert rows["kafka_properties.ssl.truststore.password"][0] == "${env:TS_PW}"  # one that names a secret is not
+    assert rows["kafka_properties.sasl.jaas.config"][0] == "*** (hidden)"
+    assert rows["kafka_properties.ssl.truststore.password"][0] == "${env:TS_PW}"  # it names a secret, holds none
+    assert rows["kafka_properties.security.protocol"][0] == "SASL_SSL"  # no credential: shown
     assert rows["local_root"] == ("", "default")
     shown = " ".join(v for v, _ in rows.values())
     assert "s3cr3t" not in shown and "hunter2" not in shown
