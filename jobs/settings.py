@@ -9,6 +9,7 @@ The same code then runs on a cluster by changing configuration only.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,16 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 #: What ``spark_remote`` takes: Spark Connect's URL, ``sc://host[:port][/;param=value...]``.
 _REMOTE = re.compile(r"^sc://[^/:;\s]+(:\d+)?(/.*)?$")
+
+
+#: ``JOINSHIFT_*`` variables that are not settings but knobs of one process: the settings file's
+#: path, Spark's UI (the benches' stage times), its log level, and the console's (``-v`` sets it).
+PROCESS_VARIABLES = (
+    "JOINSHIFT_CONFIG",
+    "JOINSHIFT_SPARK_UI",
+    "JOINSHIFT_SPARK_LOG_LEVEL",
+    "JOINSHIFT_SPARK_CONSOLE_LEVEL",
+)
 
 
 class SettingsError(ValueError):
@@ -155,6 +166,7 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
         if key in env:
             values.update(_absolute({name: env[key]}, Path.cwd()))
             origins[name] = key
+    _refuse_misspelt(env)
     remote = values.get("spark_remote")
     if remote and not _REMOTE.match(str(remote)):
         where = "JOINSHIFT_SPARK_REMOTE" if "JOINSHIFT_SPARK_REMOTE" in env else str(cfg)
@@ -162,6 +174,22 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
             f"{where}: spark_remote {remote!r} is not a Spark Connect URL; use sc://host:port, e.g. sc://127.0.0.1:15002"
         )
     return Settings(**values), origins  # type: ignore[arg-type]
+
+
+def _refuse_misspelt(env: dict[str, str]) -> None:
+    """A ``JOINSHIFT_*`` variable that is none of ours but close to one is a typo whose setting
+    would silently keep its default (a misspelt storage root writes the tables elsewhere).
+    Variables far from every name are left alone: tests and benches have their own."""
+    known = [f"JOINSHIFT_{name.upper()}" for name in _FIELDS] + list(PROCESS_VARIABLES)
+    suffixes = {k.removeprefix("JOINSHIFT_"): k for k in known}
+    for key in sorted(env):
+        if not key.upper().startswith("JOINSHIFT_") or key in known:
+            continue
+        near = difflib.get_close_matches(key[len("JOINSHIFT_") :].upper(), suffixes, n=1, cutoff=0.75)
+        if near:
+            raise SettingsError(
+                f"{key} is not a joinshift setting: did you mean {suffixes[near[0]]}? Rename or unset it"
+            )
 
 
 #: A value's reference to a secret kept elsewhere, resolved when a client is made and never

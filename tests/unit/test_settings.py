@@ -78,3 +78,37 @@ def test_each_setting_says_where_its_value_came_from_and_credentials_are_not_sho
     assert rows["local_root"] == ("", "default")
     shown = " ".join(v for v, _ in rows.values())
     assert "s3cr3t" not in shown and "hunter2" not in shown
+
+
+def test_a_misspelt_variable_is_refused_with_the_setting_it_is_near_and_far_ones_are_left_alone(monkeypatch):
+    import pytest
+
+    from jobs.settings import SettingsError
+
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    for typo, meant in [
+        ("JOINSHIFT_STORAGE_ROOTS", "JOINSHIFT_STORAGE_ROOT"),
+        ("JOINSHIFT_SPARK_MEMORY", "JOINSHIFT_SPARK_DRIVER_MEMORY"),
+        ("JOINSHIFT_KAFKA_BOOTSTRAP_SERVERS", "JOINSHIFT_KAFKA_BOOTSTRAP"),
+        ("JOINSHIFT_log_dir", "JOINSHIFT_LOG_DIR"),
+    ]:
+        with pytest.raises(SettingsError, match=f"^{typo} is not a joinshift setting: did you mean {meant}\\?"):
+            load_settings({typo: "x"})
+    # the tests' and benches' own variables, and the process knobs, are no settings' typos
+    env = {"JOINSHIFT_CHAOS_KILLS": "5", "JOINSHIFT_KEEP_TEST_DATA": "1", "JOINSHIFT_SPARK_UI": "true"}
+    assert load_settings(env).storage_root == load_settings({}).storage_root
+
+
+def test_every_joinshift_variable_the_product_reads_is_a_setting_or_a_named_process_knob():
+    """So that the typo check above knows every name: a new knob read somewhere in jobs/ must be
+    added to ``PROCESS_VARIABLES`` (or be a setting), or a near-miss of it would be refused."""
+    import re
+
+    from jobs.settings import _FIELDS, PROCESS_VARIABLES, PROJECT_ROOT
+
+    known = {f"JOINSHIFT_{name.upper()}" for name in _FIELDS} | set(PROCESS_VARIABLES)
+    read = set()
+    for path in (PROJECT_ROOT / "jobs").rglob("*.py"):
+        read |= set(re.findall(r"JOINSHIFT_[A-Z_]*[A-Z]", path.read_text()))
+    assert read - known == set()
+    assert {"JOINSHIFT_SPARK_UI", "JOINSHIFT_SPARK_CONSOLE_LEVEL"} <= read  # the scan finds reads
