@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def with_spec(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        _path(sp.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})"))
+        _path(sp.add_argument("--spec", default=DEFAULT_SPEC, help=SPEC_HELP))
         return sp
 
     def with_ds(sp: argparse.ArgumentParser, required: bool = True) -> argparse.ArgumentParser:
@@ -278,7 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
         commands.cmd_plan,
         "compare a deployed spec with a new one: reuse the checkpoint (exit 0), or replay (exit 3)?",
     )
-    _path(pl.add_argument("--deployed", required=True, help="the spec the running job uses"))
+    _path(
+        pl.add_argument(
+            "--deployed", required=True, help="the spec the running job uses (a relative path as for --spec)"
+        )
+    )
     _path(pl.add_argument("--proposed", required=True, help="the spec you want to deploy"))
     pl.add_argument("--json", action="store_true")
     ck = with_spec(cmd("checkpoint", commands.cmd_checkpoint, "inspect, validate or back up the streaming checkpoint"))
@@ -343,6 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: A relative spec path is the current folder's file, else the project's (``jobs.spec.spec_path``).
+SPEC_HELP = f"join spec YAML; a relative path: the current folder's, else the project's (default: {DEFAULT_SPEC})"
+
+
 def _path(action: argparse.Action) -> None:
     """A file-path argument: the completion scripts complete file names there."""
     import shtab
@@ -364,7 +372,7 @@ def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter])
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
         a = gsub.add_parser(name, help=help, description=help, formatter_class=fmt)
-        a.add_argument("--spec", default=DEFAULT_SPEC, help=f"join spec YAML (default: {DEFAULT_SPEC})")
+        _path(a.add_argument("--spec", default=DEFAULT_SPEC, help=SPEC_HELP))
         a.add_argument("--json", action="store_true", help="print JSON")
         return a
 

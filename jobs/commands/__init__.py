@@ -509,9 +509,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from jobs.spec import load_spec
     from jobs.spec.plan import plan
 
-    result = plan(load_spec(args.deployed), load_spec(args.proposed))
+    result = plan(_load_spec(args.deployed), _load_spec(args.proposed))
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
     return result.exit_code

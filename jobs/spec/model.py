@@ -466,7 +466,10 @@ def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
     if p.is_dir():
         raise SpecError(f"{what} {p} is a folder; name the YAML file in it")
     if not p.is_file():
-        raise SpecError(f"{what} {p} does not exist")
+        raise SpecError(
+            f"{what} {p} does not exist: give the file's path "
+            "(a relative one is looked for in the current folder, then in the project)"
+        )
     try:
         text = p.read_text()
     except UnicodeDecodeError:
@@ -506,10 +509,14 @@ def recorded_spec(text: str) -> JoinSpec:
 
 
 def spec_path(path: str | Path | None = None) -> Path:
-    """A spec path as given, or :data:`DEFAULT_SPEC`; relative paths resolve against the project
-    root, so DAGs, the CLI and runbooks find the same file from any working directory."""
+    """A spec (or workload) path as given, or :data:`DEFAULT_SPEC`. A relative path is the current
+    folder's file when there is one (a user's own ``my_join.yaml`` where they stand), else the
+    project root's, so DAGs, the CLI and runbooks find ``include/specs/...`` from any folder."""
     p = Path(path or DEFAULT_SPEC)
-    return p if p.is_absolute() else PROJECT_ROOT / p
+    if p.is_absolute():
+        return p
+    here = Path.cwd() / p
+    return here if here.exists() else PROJECT_ROOT / p
 
 
 def write_spec(spec: JoinSpec, path: str | Path) -> Path:

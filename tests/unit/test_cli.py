@@ -304,3 +304,23 @@ def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_relative_spec_is_the_current_folders_else_the_projects(tmp_path, monkeypatch, capsys):
+    """A user's own spec is found where they stand; the repository's from any folder (DAGs, runbooks)."""
+    from jobs.settings import PROJECT_ROOT
+
+    monkeypatch.chdir(tmp_path)
+    mine = yaml.safe_load((PROJECT_ROOT / DEFAULT_SPEC).read_text())
+    mine["pipeline"] = "my_join"
+    (tmp_path / "my_join.yaml").write_text(yaml.safe_dump(mine))
+    assert main(["runbook", "restart_after_crash", "--spec", "my_join.yaml"]) == 0
+    assert "my_join" in capsys.readouterr().out
+    # plan reads its two specs by the same rule: the project's here, the user's there
+    assert main(["plan", "--deployed", DEFAULT_SPEC, "--proposed", "my_join.yaml"]) != 0
+    assert "pipeline" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["runbook", "restart_after_crash", "--spec", "nowhere.yaml"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "nowhere.yaml does not exist" in err and "current folder, then in the project" in err
