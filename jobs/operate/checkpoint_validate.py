@@ -30,9 +30,10 @@ _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9A-Za-z-]+)?\.(changelog|zip|delta|snaps
 
 def _replay_hint(spec_arg: str = "<spec>") -> str:
     return (
-        f"Keep this checkpoint as it is; back it up (joinshift checkpoint backup --spec {spec_arg}) "
-        f"and rebuild the join from Kafka with `joinshift replay --spec {spec_arg}` (a fresh checkpoint "
-        "that re-reads both topics from their earliest offsets)."
+        f"Keep this checkpoint as it is and rebuild the join from Kafka with `joinshift replay --spec {spec_arg} "
+        "--cutover <T>` (T: from when the rebuilt join owns the output, e.g. now; add --dry-run first): it "
+        "keeps this checkpoint as a .bak copy and builds a fresh one from what a live run's state at T reaches back "
+        "to. Step by step: joinshift runbook recover_broken_checkpoint."
     )
 
 

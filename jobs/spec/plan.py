@@ -115,15 +115,18 @@ class Plan:
                 )
             return out
         return [
-            "Stop the streaming join (and the quarantine query).",
-            "Back up the checkpoint: joinshift checkpoint backup --spec <spec> (never delete it without a copy).",
-            "Rebuild from Kafka: joinshift replay --spec <proposed spec> — a fresh checkpoint that reads both "
-            "topics from the earliest offsets (paper §6.1: the window is rebuilt by replaying the input).",
+            "Pick the cut-over T, the instant from which the new spec owns the output (e.g. now), and check Kafka "
+            "still holds what the rebuild reads: joinshift replay --spec <proposed spec> --cutover <T> --dry-run.",
+            "Rebuild from Kafka: joinshift replay --spec <proposed spec> --cutover <T> (or the joinshift_replay DAG). "
+            "It stops the supervised stream, keeps the old checkpoint as <checkpoint>.bak-<UTC> and builds a fresh "
+            "one from what a live run's state at T reaches back to (paper §6.1: the window is rebuilt by "
+            "replaying the input).",
+            "Check the new checkpoint (joinshift checkpoint validate / inspect --spec <proposed spec>: lag per "
+            "partition), then deploy the proposed spec: until then a restart with the old spec refuses the new "
+            "checkpoint. Step by step: joinshift runbook change_the_window.",
             "Rows written under the old spec are not removed by an insert-only replay: replay into a new "
             "output table, or rebuild the affected ds partitions, if old rows are no longer correct "
             "(window, join type, keys or schema changed).",
-            "Check the new checkpoint with joinshift checkpoint validate / inspect (lag per partition) "
-            "before switching readers over.",
         ]
 
     def to_dict(self) -> dict[str, Any]:

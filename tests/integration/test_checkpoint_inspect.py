@@ -258,7 +258,7 @@ def test_broken_checkpoints_are_reported_with_the_replay_path(run):
         assert code in health.codes(), f"{code}: {health.render()}"
         issue = next(i for i in health.errors if i.code == code)
         assert where in issue.message, issue.message
-        assert "joinshift replay" in issue.message and "back it up" in issue.message
+        assert "joinshift replay --spec" in issue.message and "--cutover <T>" in issue.message
         assert broken.exists()  # nothing is ever deleted by validate
 
     assert tree_digest(cp) == before  # the original never changed

@@ -193,7 +193,7 @@ def test_the_most_disruptive_change_wins_and_every_change_is_listed(base_data):
     text = result.render()
     for c in result.changes:
         assert c.field in text
-    assert "joinshift replay" in text and "backup" in text
+    assert "joinshift replay --spec <proposed spec> --cutover <T>" in text and ".bak-<UTC>" in text
     d = result.to_dict()
     assert json.loads(json.dumps(d)) == d  # JSON-ready
     assert d["action"] == FRESH and d["exit_code"] == EXIT_FRESH and len(d["changes"]) == 4
