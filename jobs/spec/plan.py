@@ -405,6 +405,12 @@ RULES: list[tuple[str, str, str]] = [
         "reads Kafka, not this table. Reusable (rebuild the batch baselines if you compare against them).",
     ),
     (
+        "side.batch_table*",
+        REPORT_ONLY,
+        "{field} is the batch job's own daily table, which the batch baselines read; the streaming job does not "
+        "use it. Run `joinshift batch` again for the days you compare.",
+    ),
+    (
         "accuracy.*",
         REPORT_ONLY,
         "{field} is read by compare, gates and recommendation only; the streaming job does not use it.",

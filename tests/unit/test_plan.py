@@ -127,6 +127,12 @@ CASES = {
     ),
     "left.table": (_set("left", "table", "search_responses_v2"), "left.table", REUSE_OK, REUSE),
     "accuracy": (_set("accuracy", "tolerance_pp", 0.5), "accuracy.tolerance_pp", REPORT_ONLY, NONE),
+    "left.batch_table": (
+        _set("left", "batch_table", {"path": "/warehouse/search_responses", "format": "parquet"}),
+        "left.batch_table",
+        REPORT_ONLY,
+        NONE,
+    ),
 }
 
 
@@ -331,3 +337,33 @@ def test_a_paced_checkpoint_in_an_earlier_state_layout_is_refused_in_one_line(tm
     (cp / SPEC_RECORD).write_text(json.dumps(old))
     with pytest.raises(CheckpointSpecMismatch, match=r"per join key.*joinshift replay"):
         guard_checkpoint_spec(paced, str(cp))
+
+
+def test_every_field_a_spec_can_have_has_a_rule():
+    """A field no rule names is planned as a fresh checkpoint and replay "to be safe", and the stream
+    refuses to continue its checkpoint over it: each leaf of the spec model (and each optional part
+    that can appear whole) must be named by a rule."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from jobs.spec import JoinSpec
+    from jobs.spec.plan import _classify
+
+    def models(t):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return [t]
+        return [m for a in typing.get_args(t) for m in models(a)]
+
+    def paths(model, prefix=""):
+        for name, f in model.model_fields.items():
+            path = f"{prefix}.{f.alias or name}" if prefix else (f.alias or name)
+            parts = models(f.annotation)
+            if not parts or f.default is None:  # a leaf, or a part that is absent until written
+                yield path
+            for m in parts:
+                yield from paths(m, path)
+
+    every = list(paths(JoinSpec))
+    assert "left.batch_table" in every and "right.format.avro" in every and "window.lower" in every
+    assert [p for p in every if not _classify(p)[0]] == []
