@@ -1,4 +1,4 @@
-"""The join spec: the model, the one duration grammar, loading, and the plan (spec change ->
+"""The join spec: the model, the one duration grammar and byte-size grammar, loading, and the plan (spec change ->
 continue the checkpoint or replay). The lowest layer: it imports nothing else of joinshift but
 the settings."""
 
@@ -10,7 +10,6 @@ from jobs.spec.model import (
     SCHEMA_TYPES,
     AccuracySpec,
     Budgets,
-    ByteSize,
     Cardinality,
     Corrections,
     CutoverSpec,
@@ -22,9 +21,7 @@ from jobs.spec.model import (
     TimestampValidity,
     UnknownFields,
     WindowSpec,
-    format_bytes,
     load_spec,
-    parse_bytes,
     parse_spec,
     predicate_refs,
     read_yaml,
@@ -33,6 +30,7 @@ from jobs.spec.model import (
     validate_model,
     write_spec,
 )
+from jobs.spec.size import ByteSize, format_bytes, parse_bytes
 from jobs.spec.streaming import Engine, HealthSpec, PacedOptions, StateStore, StreamingOptions
 
 __all__ = [

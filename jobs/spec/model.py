@@ -22,16 +22,14 @@ import types
 from datetime import timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
@@ -40,6 +38,7 @@ from pydantic import (
 from jobs.settings import PROJECT_ROOT
 from jobs.spec.avro import READ_FILES, SPEC_DIR
 from jobs.spec.duration import Duration, format_duration, require_positive
+from jobs.spec.size import ByteSize
 from jobs.spec.source import BatchTable, SourceFormat
 from jobs.spec.streaming import Engine, HealthSpec, StateStore, StreamingOptions
 
@@ -237,37 +236,6 @@ class AccuracySpec(_Strict):
         description="the variant the stream is held to: a batch baseline or the cut-off-free reference",
     )
     tolerance_pp: float = Field(default=1.0, ge=0, description="allowed stream shortfall, percentage points")
-
-
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_BYTE_UNITS = {
-    "b": 1,
-    **{f"{p}b": 1000**i for i, p in enumerate("kmgt", 1)},
-    **{f"{p}ib": 1024**i for i, p in enumerate("kmgt", 1)},
-}
-
-
-def parse_bytes(value: Any) -> int:
-    """``"512MiB"``, ``"2GiB"``, ``"1.5GB"``, ``"800KB"`` or a whole number of bytes -> bytes (int)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    m = _BYTES.match(value) if isinstance(value, str) else None
-    if not m:
-        raise ValueError(f"{value!r} is not a size; write a number with a unit (B, KB, MB, GB, KiB, MiB, GiB): 2GiB")
-    return int(float(m.group(1)) * _BYTE_UNITS[(m.group(2) or "B").lower()])
-
-
-def format_bytes(n: float) -> str:
-    """Bytes for people, binary units: ``536870912 -> "512MiB"``, ``1.5 * 2**30 -> "1.5GiB"``."""
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            text = f"{n / size:.3g}"
-            return f"{text if 'e' not in text else f'{n / size:.0f}'}{unit}"  # 1023.9 KiB: "1024KiB", not "1.02e+03"
-    return f"{n:.0f}B"
-
-
-#: A pydantic field type: a size in bytes, written in the spec with a unit (``512MiB``).
-ByteSize = Annotated[int, BeforeValidator(parse_bytes), PlainSerializer(format_bytes, return_type=str)]
 
 
 class Budgets(_Strict):

@@ -9,6 +9,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobs.spec.duration import Duration, require_positive
+from jobs.spec.size import ByteSize
 
 
 class _Strict(BaseModel):
@@ -91,7 +92,9 @@ class HealthSpec(_Strict):
         default=timedelta(hours=1), description="the micro-batches of this long before the last one"
     )
     max_state_rows: int = Field(default=5_000_000, ge=0, description="rows in the stream's state stores")
-    max_state_bytes: int = Field(default=1_000_000_000, ge=0, description="memory of the stream's state stores, bytes")
+    max_state_bytes: ByteSize = Field(
+        default=1_000_000_000, description="memory of the stream's state stores: 1GB, 512MiB or bytes"
+    )
     min_pt_margin: Duration = Field(
         default=timedelta(0), description="how far each stream's PT must be ahead of the join's watermark"
     )

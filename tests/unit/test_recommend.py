@@ -350,3 +350,26 @@ def test_a_paced_spec_is_told_first_what_its_prediction_runs(demo_spec):
     amended = paced.model_copy(update={"corrections": Corrections.model_validate({"horizon": "12h"})})
     [note] = engine_note(amended)
     assert "late corrections within 12h merged in" in note
+
+
+def test_a_size_reads_back_to_the_same_bytes_and_health_takes_the_same_grammar(demo_spec_data):
+    """A spec written back (a checkpoint's recorded spec, ``write_spec``) spells each size exactly:
+    ``1.5GB`` was written "1.4GiB" and read back 0.2 % larger, a change `plan` would list."""
+    from jobs.spec import parse_spec
+    from jobs.spec.size import exact_bytes
+
+    assert [exact_bytes(n) for n in (512 * 2**20, 1_500_000_000, 10**9, 2**30 + 1, 0)] == [
+        "512MiB",
+        "1500MB",
+        "1GB",
+        "1073741825B",
+        "0B",
+    ]
+    data = demo_spec_data()
+    data["budgets"] = {"state_memory": "1.5GB"}
+    data["health"] = {"max_state_bytes": "2GiB"}
+    spec = parse_spec(data)
+    assert spec.health.max_state_bytes == 2 * 2**30
+    again = parse_spec(spec.model_dump(mode="json", by_alias=True))
+    assert again == spec and again.budgets.state_memory == 1_500_000_000
+    assert parse_spec(demo_spec_data()).health.max_state_bytes == 10**9  # the default, and a plain number reads
