@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     def with_ds(sp: argparse.ArgumentParser, required: bool = True) -> argparse.ArgumentParser:
-        sp.add_argument("--ds", type=_date, required=required, help="first ds, YYYY-MM-DD")
+        ds_help = "first ds, YYYY-MM-DD" + ("" if required else " (required unless --example)")
+        sp.add_argument("--ds", type=_date, required=required, help=ds_help)
         sp.add_argument("--to", type=_date, help="last ds of a range (inclusive)")
         return sp
 
@@ -150,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     g = with_spec(cmd("generate", commands.cmd_generate, "generate a workload and publish it to Kafka at once"))
-    _path(g.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload YAML"))
+    _path(g.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})"))
     g.add_argument("--dry-run", action="store_true", help="generate and print the summary; publish nothing")
 
     im = with_spec(
@@ -197,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument(
         "--grid",
         default="lower=-6h..0/30m,upper=0..6h/30m",
-        help='candidate windows, e.g. "lower=-6h..0h/30m,upper=0..6h/30m" (default)',
+        help='candidate windows: each bound from..to/step (default "lower=-6h..0/30m,upper=0..6h/30m")',
     )
     sw.add_argument(
         "--right-days",
@@ -284,12 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     _path(pl.add_argument("--proposed", required=True, help="the spec you want to deploy"))
-    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON (the exit code stays 0 or 3)")
     ck = with_spec(cmd("checkpoint", commands.cmd_checkpoint, "inspect, validate or back up the streaming checkpoint"))
     ck.add_argument("action", choices=("inspect", "validate", "backup"))
     ck.add_argument("--checkpoint", help="checkpoint folder (default: the spec's stream_join checkpoint)")
     ck.add_argument("--query", default="stream_join", help="query whose checkpoint to use (default stream_join)")
-    ck.add_argument("--json", action="store_true")
+    ck.add_argument("--json", action="store_true", help="print the result as JSON")
     rp = with_spec(cmd("replay", commands.cmd_replay, "rebuild the window by replaying Kafka into a fresh checkpoint"))
     rp.add_argument("--cutover", required=True, help="ISO-8601 instant from which the new run owns the output")
     rp.add_argument("--dry-run", action="store_true", help="check Kafka retention and print the plan only")
@@ -320,7 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     he.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     he.add_argument(
-        "--kafka-timeout", type=float, default=5, help="seconds to wait for Kafka before using the health log"
+        "--kafka-timeout",
+        type=float,
+        default=5,
+        help="seconds to wait for Kafka before using the health log (default 5)",
     )
     rb = with_spec(cmd("runbook", commands.cmd_runbook, "print a runbook filled with this pipeline's values"))
     rb.add_argument(
@@ -384,7 +388,10 @@ def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter])
     pr.add_argument("--force", action="store_true", help="promote without the days met (needs --reason)")
     pr.add_argument("--reason", help="why (recorded with the decision)")
     pr.add_argument("--by", help="who decides (default: the OS user)")
-    rb = action("rollback", "back to shadow (or --to an earlier stage): batch serves again, its DAG runs")
+    rb = action(
+        "rollback",
+        "back to an earlier stage (default shadow, where batch serves again and its DAG runs; --to picks it)",
+    )
     rb.add_argument("--to", choices=("shadow", "canary", "cutover"), help="the stage to go back to (default shadow)")
     rb.add_argument("--reason", help="why (recorded with the decision)")
     rb.add_argument("--by", help="who decides (default: the OS user)")

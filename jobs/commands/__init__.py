@@ -190,12 +190,12 @@ def _slice_minutes(flag: str, text: str) -> float:
 
 
 def cmd_replay_as_live(args: argparse.Namespace) -> int:
-    import re
     from datetime import UTC, datetime
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from jobs.spec.model import pipeline_name
     from jobs.steps.replay_live import replay_as_live
 
     slice_minutes = _slice_minutes("--slice", args.slice)
@@ -206,9 +206,10 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     source = _load_spec(args.spec)
     spec = source
     if args.as_pipeline:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", args.as_pipeline):
-            raise UserError(f"--as {args.as_pipeline!r}: use letters, digits, '_', '.' or '-'", EXIT_USAGE)
-        spec = source.model_copy(update={"pipeline": args.as_pipeline})
+        try:  # the spec's own rule for a pipeline's name (model_copy checks nothing)
+            spec = source.model_copy(update={"pipeline": pipeline_name(args.as_pipeline)})
+        except ValueError as exc:
+            raise UserError(f"--as {args.as_pipeline!r}: {exc}", EXIT_USAGE) from None
     days = None
     if args.from_ds:
         last = args.to or args.from_ds

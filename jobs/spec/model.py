@@ -52,6 +52,15 @@ SCHEMA_TYPES = {
     "timestamp": "timestamp",
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def pipeline_name(name: str) -> str:
+    """A pipeline's name, checked: it names tables, checkpoints and Airflow's assets."""
+    if not _NAME.match(name):
+        raise ValueError("use letters, digits and '_' (it names tables and checkpoints)")
+    return name
+
+
 #: In ``join.predicate``: a quoted literal (left alone) or a column reference ``l.<column>`` / ``r.<column>``.
 PREDICATE_TOKEN = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?<![\w.`])([lr])\.([A-Za-z_][A-Za-z0-9_]*)""")
 
@@ -297,9 +306,7 @@ class JoinSpec(_Strict):
     @field_validator("pipeline")
     @classmethod
     def _pipeline_name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError("use letters, digits and '_' (it names tables and checkpoints)")
-        return v
+        return pipeline_name(v)
 
     @field_validator("timezone")
     @classmethod

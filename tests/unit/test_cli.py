@@ -122,6 +122,7 @@ def test_a_bad_slice_length_is_refused(capsys):
         (["--to", "2026-11-20"], "--from"),
         (["--from", "2026-11-20", "--to", "2026-11-19"], "--to"),
         (["--as", "no spaces"], "--as"),
+        (["--as", "my-join.trial"], "--as"),  # the spec's own rule for a name: letters, digits, _
     ],
 )
 def test_replay_as_live_refuses_a_bad_argument_in_one_line(args, named, capsys):
