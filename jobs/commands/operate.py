@@ -178,8 +178,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
                 return 0
     except GateRefused as exc:
         raise UserError(str(exc), EXIT_USAGE) from None
-    if args.json or args.gate_action == "view":
+    if args.json:
         _print_json(out)
+    elif args.gate_action == "view":
+        print(f"{out['view']} reads {out['variant']} ({out['table']}): {out['rows']} rows")
     else:
         print(f"{out['action']}: {out['from']} -> {out['to']}; public view reads {out['serving']['public']['variant']}")
     return 0

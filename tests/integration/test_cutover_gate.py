@@ -123,7 +123,9 @@ def _view(spark, spec, name: str):
     return gate_store.status(spark, spec).serving[name]
 
 
-def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(spark, dagbag, pipeline, test_settings):
+def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(
+    spark, dagbag, pipeline, test_settings, capsys
+):
     from jobs.operate import gate_store
 
     spec, f, tables = pipeline["spec"], pipeline["file"], pipeline["tables"]
@@ -160,6 +162,11 @@ def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(spa
     views = gate_store.register_views(spark, spec)
     assert views == {NAME: "batch_1d_windowed", f"{NAME}_canary": "stream"}
     assert spark.table(f"{NAME}_canary").count() == spark.read.format("delta").load(tables.output("stream")).count()
+    rows = spark.read.format("delta").load(tables.output("stream")).count()
+    assert _run(["gate", "view", "--spec", f, "--canary"])[0] == 0
+    assert capsys.readouterr().out.strip().endswith(f"reads stream ({tables.output('stream')}): {rows} rows")
+    assert _run(["gate", "view", "--spec", f, "--json"])[0] == 0
+    assert json.loads(capsys.readouterr().out)["variant"] == "batch_1d_windowed"
 
     # the canary stage earns its own days: without new ones only a forced promotion (with a reason) goes on
     code, msg = _run(["gate", "promote", "--spec", f])
