@@ -113,7 +113,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise UserError("name at least one file: --left FILE and/or --right FILE", EXIT_USAGE)
     if args.partitions < 1:
         raise UserError("--partitions must be at least 1", EXIT_USAGE)
-    spec, spark, bootstrap = _load_spec(args.spec), _spark("import"), _bootstrap()
+    spec, bootstrap, spark = _load_spec(args.spec), _bootstrap(), _spark("import")  # Kafka answers first
     with Progress(transient=True) as bar:
         task = bar.add_task("publishing in arrival order", total=None)
         sent = import_files(
@@ -132,11 +132,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_land(args: argparse.Namespace) -> int:
     from jobs.steps.landing import land_ds
 
-    spec, spark = _load_spec(args.spec), _spark("land")
+    spec, bootstrap, spark = _load_spec(args.spec), _bootstrap(), _spark("land")
+    sides = args.side or ("left", "right")
     for ds in _ds_range(args):
         print(
             json.dumps(
-                {side: asdict(land_ds(spark, spec, side, ds)) for side in args.side or ("left", "right")}, default=str
+                {side: asdict(land_ds(spark, spec, side, ds, bootstrap=bootstrap)) for side in sides}, default=str
             )
         )
     return 0
@@ -165,7 +166,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     spec = _load_spec(args.spec)
     # only the continuous stream's driver lives on (G1); an increment runs to its end
-    spark, bootstrap = _spark("stream-join", classic=True, throughput=args.available_now), _bootstrap()
+    bootstrap, spark = _bootstrap(), _spark("stream-join", classic=True, throughput=args.available_now)
     if args.available_now:
         print(json.dumps(run_increment(spark, spec, bootstrap=bootstrap)))
     else:
@@ -214,7 +215,8 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     if args.from_ds:
         last = args.to or args.from_ds
         days = [args.from_ds + timedelta(days=i) for i in range((last - args.from_ds).days + 1)]
-    spark, bootstrap = _spark("replay-as-live", classic=True), _bootstrap()
+    bootstrap = _bootstrap()  # before the trial clears the pipeline's checkpoint and output
+    spark = _spark("replay-as-live", classic=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -49,10 +49,11 @@ def _spark(name: str, *, classic: bool = False, throughput: bool = True) -> Any:
     return get_spark(f"joinshift-{name}", classic=classic, throughput=throughput)
 
 
-def _bootstrap() -> str:
-    from jobs.storage.kafka import bootstrap_servers
+def _bootstrap(check: bool = True) -> str:
+    """Kafka's bootstrap servers; with ``check``, one that answers (else one line, before Spark starts)."""
+    from jobs.storage.kafka import bootstrap_servers, check_reachable
 
-    return bootstrap_servers()
+    return check_reachable(bootstrap_servers()) if check else bootstrap_servers()
 
 
 def _console() -> Any:

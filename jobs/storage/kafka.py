@@ -81,6 +81,22 @@ def _python_config(client: str) -> dict[str, Any]:
     return python_client_config(client_properties(settings()), set(cls.DEFAULT_CONFIG))
 
 
+def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> str:
+    """``bootstrap`` when a broker there answers within ``timeout_s``; else KafkaUnavailable in one
+    line, before a command starts Spark or changes anything (Spark's own Kafka admin waits minutes)."""
+    from kafka.errors import KafkaError
+
+    try:
+        ms = int(timeout_s * 1000)
+        admin_client(bootstrap, request_timeout_ms=ms + 1000, bootstrap_timeout_ms=ms).close()
+    except (KafkaError, ValueError) as exc:
+        raise KafkaUnavailable(
+            f"Kafka at {bootstrap} does not answer ({type(exc).__name__}): check kafka_bootstrap "
+            "(JOINSHIFT_KAFKA_BOOTSTRAP), that its brokers run and the client properties (security) fit them"
+        ) from None
+    return bootstrap
+
+
 def admin_client(bootstrap: str, **config: Any) -> Any:
     """A kafka-python admin client with the configured properties; the caller closes it."""
     from kafka.admin import KafkaAdminClient

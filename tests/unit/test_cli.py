@@ -325,3 +325,33 @@ def test_a_relative_spec_is_the_current_folders_else_the_projects(tmp_path, monk
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "nowhere.yaml does not exist" in err and "current folder, then in the project" in err
+
+
+@pytest.mark.parametrize(
+    "argv", [["replay-as-live", "--from", "2026-11-19"], ["land", "--ds", "2026-11-19"]], ids=["replay-as-live", "land"]
+)
+def test_a_broker_that_does_not_answer_is_one_line_before_anything_starts_or_is_cleared(
+    argv, tmp_path, capsys, monkeypatch
+):
+    """Before: a traceback (KafkaTimeoutError) after replay-as-live had cleared the pipeline's
+    checkpoint and output, and `land` sat ~3 minutes in Spark's own Kafka admin first."""
+    from jobs.settings import settings
+
+    monkeypatch.delenv("JOINSHIFT_CONFIG", raising=False)
+    monkeypatch.setenv("JOINSHIFT_STORAGE_ROOT", str(tmp_path / "storage"))
+    monkeypatch.setenv("JOINSHIFT_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("JOINSHIFT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # loopback, nothing listens
+    settings.cache_clear()
+    checkpoint = tmp_path / "storage" / "checkpoints" / "search_sessions" / "stream_join"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id": "a live run\'s"}')
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+    finally:
+        settings.cache_clear()
+    assert exc.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"joinshift {argv[0]}: Kafka at 127.0.0.1:1 does not answer") and "\n" not in err
+    assert (checkpoint / "metadata").exists()  # nothing cleared
+    assert not (tmp_path / "storage" / "tables").exists()  # and nothing written
