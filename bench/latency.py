@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             kafka.create_topic(bootstrap, st.topic)
         spark = get_spark("joinshift-bench-latency", s)
         (query,) = start_streaming_join(
-            spark, spec, bootstrap=bootstrap, s=s, trigger_interval=f"{trigger:g} seconds", quarantine=False
+            spark, spec, bootstrap=bootstrap, s=s, trigger_interval=f"{trigger:g}s", quarantine=False
         )
         sent = _publish_live(records, bootstrap)
         time.sleep(2 * trigger)  # the last records' micro-batch

@@ -41,6 +41,19 @@ def _positive_int(value: str) -> int:
     return n
 
 
+def _interval(value: str) -> str:
+    """A positive duration in joinshift's one grammar (``30s``, ``2m``), passed on as written."""
+    from jobs.spec.duration import parse_duration
+
+    try:
+        ok = parse_duration(value).total_seconds() > 0
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a positive duration, e.g. 30s")
+    return value
+
+
 #: The engines whose versions a bug report needs beside joinshift's own.
 _ENGINES = ("pyspark", "delta-spark", "apache-airflow", "great-expectations", "kafka-python")
 
@@ -171,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--variant", action="append", choices=commands.BATCH_CHOICES, help="repeatable; default: all four")
     s = with_spec(cmd("stream", commands.cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
-    s.add_argument("--trigger-interval", help="continuous mode micro-batch interval, e.g. 30s (default: spec)")
+    s.add_argument(
+        "--trigger-interval", type=_interval, help="continuous mode micro-batch interval, e.g. 30s (default: spec)"
+    )
     ra = with_spec(
         cmd(
             "replay-as-live",
@@ -309,7 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without a micro-batch while records wait before a restart (default: the spec's "
         "health.max_batch_age)",
     )
-    sv.add_argument("--trigger-interval", help="the stream's micro-batch interval, e.g. 30s (default: spec)")
+    sv.add_argument(
+        "--trigger-interval", type=_interval, help="the stream's micro-batch interval, e.g. 30s (default: spec)"
+    )
     sv.add_argument("--stop", action="store_true", help="stop the supervised process and exit")
     he = with_spec(
         cmd(

@@ -46,7 +46,10 @@ def parse_duration(value: Any) -> timedelta:
     """``"-3h"``, ``"-4h30m"``, ``"250ms"``, a number of seconds or a timedelta -> timedelta."""
     if isinstance(value, timedelta):
         return value
-    return timedelta(seconds=duration_seconds(value))
+    try:
+        return timedelta(seconds=duration_seconds(value))
+    except OverflowError:  # a ValueError, so that a spec names the field
+        raise ValueError(f"{value!r} is longer than any duration can be; {_HELP}") from None
 
 
 def require_positive(value: timedelta | None, example: str) -> timedelta | None:

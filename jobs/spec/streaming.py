@@ -71,6 +71,11 @@ class StreamingOptions(_Strict):
     )
     paced: PacedOptions = PacedOptions()
 
+    @field_validator("trigger_interval")
+    @classmethod
+    def _positive_trigger(cls, v: timedelta) -> timedelta | None:
+        return require_positive(v, "1m: the continuous stream's micro-batch interval")
+
 
 class HealthSpec(_Strict):
     """Thresholds of the stream's health (``joinshift health``, the UI's "Stream health", the

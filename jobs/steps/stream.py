@@ -39,7 +39,7 @@ from jobs.join.paced_operator import STATE_LAYOUT, STATE_LAYOUTS, paced_join, sp
 from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
 from jobs.settings import Settings, settings
-from jobs.spec import Cardinality, Engine, JoinSpec, recorded_spec
+from jobs.spec import Cardinality, Engine, JoinSpec, parse_duration, recorded_spec
 from jobs.spec.plan import plan
 from jobs.steps.batch_gate import BatchGate
 from jobs.storage import aligned_source, delta_io, fs, kafka
@@ -391,7 +391,8 @@ def start_quarantine(
 def _with_trigger(writer, spec: JoinSpec, available_now: bool, interval: str | None):
     if available_now:
         return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=interval or f"{int(spec.streaming.trigger_interval.total_seconds())} seconds")
+    every = parse_duration(interval) if interval else spec.streaming.trigger_interval  # one duration grammar
+    return writer.trigger(processingTime=f"{round(every.total_seconds() * 1000)} milliseconds")
 
 
 def stream_watermark(spec: JoinSpec, s: Settings | None = None) -> int | None:

@@ -138,7 +138,7 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
             ), kafka_io.partition_replicas(bootstrap, st.topic)
         publish(first, bootstrap)
 
-        proc = StreamProcess(write_spec(spec, root / "cluster.yaml"), spec, on_cluster, trigger_interval="1 second")
+        proc = StreamProcess(write_spec(spec, root / "cluster.yaml"), spec, on_cluster, trigger_interval="1s")
         stack.callback(proc.stop)
         proc.start()
 

@@ -355,3 +355,25 @@ def test_a_broker_that_does_not_answer_is_one_line_before_anything_starts_or_is_
     assert err.startswith(f"joinshift {argv[0]}: Kafka at 127.0.0.1:1 does not answer") and "\n" not in err
     assert (checkpoint / "metadata").exists()  # nothing cleared
     assert not (tmp_path / "storage" / "tables").exists()  # and nothing written
+
+
+@pytest.mark.parametrize("value", ["30 seconds", "garbage", "0s", "-1m"])
+def test_a_trigger_interval_is_a_positive_duration_in_the_one_grammar(value, capsys):
+    """It went to Spark as written: its example `30s` ended in Spark's INVALID_INTERVAL_FORMAT traceback."""
+    for command in ("stream", "supervise"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--trigger-interval", value])
+        assert exc.value.code == 2 and "--trigger-interval" in capsys.readouterr().err
+
+
+def test_a_spec_duration_that_is_negative_or_too_long_names_its_field(demo_spec_data):
+    from jobs.spec import SpecError, parse_spec
+
+    for section, field, value in [
+        ("streaming", "trigger_interval", "-1h"),
+        ("right", "watermark_delay", "99999999999999h"),
+    ]:
+        data = demo_spec_data()
+        data.setdefault(section, {})[field] = value
+        with pytest.raises(SpecError, match=f"{section}.{field}"):
+            parse_spec(data)
