@@ -126,6 +126,24 @@ def _absolute(values: dict, base: Path) -> dict:
 
 #: Settings that are mappings: the settings file only, no variable.
 _MAPPINGS = ("spark_conf", "kafka_properties")
+#: Settings that cannot be empty (an empty storage root would mean the file system's root).
+_REQUIRED = ("storage_root", "spark_master", "kafka_home", "jar_cache", "log_dir", "spark_driver_memory")
+
+
+def _typed(data: dict, where: str) -> dict:
+    """A settings file's values as the settings take them: text (a number as its text), or a
+    mapping of text for the mappings; anything else is refused in one line."""
+    out: dict[str, object] = {}
+    for name, value in data.items():
+        if name in _MAPPINGS:
+            if not isinstance(value, dict) or any(isinstance(v, (dict, list)) or v is None for v in value.values()):
+                raise SettingsError(f"{where}: {name} is a mapping of key: value, e.g. {name}: {{key: value}}")
+            out[name] = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise SettingsError(f"{where}: {name} is {value!r}; give it a text value, or remove it for the default")
+        else:
+            out[name] = str(value)
+    return out
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
@@ -147,6 +165,8 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
             raise SettingsError(f"{cfg}: not valid YAML ({' '.join(str(exc).split())})") from None
         except UnicodeDecodeError:
             raise SettingsError(f"{cfg}: not UTF-8 text; a settings file is YAML") from None
+        except ValueError as exc:  # PyYAML reads 2026-02-30 as a date, and fails building it
+            raise SettingsError(f"{cfg}: {exc}: a value YAML reads as a date or time is not one; quote it") from None
         except OSError as exc:
             raise SettingsError(f"{cfg}: cannot be read ({exc.strerror}); check its permissions") from None
         if not isinstance(data, dict):
@@ -154,7 +174,7 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
         unknown = set(data) - set(_FIELDS)
         if unknown:
             raise SettingsError(f"{cfg}: unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(_FIELDS)}")
-        values.update(_absolute(data, cfg.parent))
+        values.update(_absolute(_typed(data, str(cfg)), cfg.parent))
         origins.update(dict.fromkeys(data, str(cfg)))
     for name in _FIELDS:
         key = f"JOINSHIFT_{name.upper()}"
@@ -167,6 +187,12 @@ def resolve_settings(env: dict[str, str] | None = None) -> tuple[Settings, dict[
             values.update(_absolute({name: env[key]}, Path.cwd()))
             origins[name] = key
     _refuse_misspelt(env)
+    for name in _REQUIRED:
+        if name in values and not values[name]:
+            raise SettingsError(
+                f"{name} is empty in {origins[name]}: give a value, or remove it for the default "
+                f"({getattr(Settings(), name)})"
+            )
     remote = values.get("spark_remote")
     if remote and not _REMOTE.match(str(remote)):
         where = "JOINSHIFT_SPARK_REMOTE" if "JOINSHIFT_SPARK_REMOTE" in env else str(cfg)

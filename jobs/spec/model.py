@@ -455,6 +455,8 @@ def read_yaml(path: str | Path, what: str) -> tuple[Any, str]:
         return yaml.safe_load(text), str(p)
     except yaml.YAMLError as exc:
         raise SpecError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
+    except ValueError as exc:  # PyYAML reads 2026-02-30 as a date, and fails building it
+        raise SpecError(f"{p}: {exc}: a value YAML reads as a date or time is not one; quote it") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -153,8 +153,9 @@ def test_an_invalid_spec_fails_naming_the_field(tmp_path, demo_spec_data):
         (None, "is a folder; name the YAML file in it"),
         (b"\x7fELF\x02\x01\x01\x00\xd0\xff", "is not UTF-8 text"),
         (b"window: [1, 2\n", "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2, column 1)"),
+        (b"pipeline: 2026-02-30\n", "day is out of range for month: a value YAML reads as a date or time is not one"),
     ],
-    ids=["folder", "binary", "unclosed"],
+    ids=["folder", "binary", "unclosed", "impossible-date"],
 )
 def test_a_spec_that_is_not_a_yaml_file_is_refused_in_one_line(content, says, tmp_path, capsys):
     spec = tmp_path / "spec.yaml"

@@ -112,3 +112,29 @@ def test_every_joinshift_variable_the_product_reads_is_a_setting_or_a_named_proc
         read |= set(re.findall(r"JOINSHIFT_[A-Z_]*[A-Z]", path.read_text()))
     assert read - known == set()
     assert {"JOINSHIFT_SPARK_UI", "JOINSHIFT_SPARK_CONSOLE_LEVEL"} <= read  # the scan finds reads
+
+
+def test_a_settings_value_of_the_wrong_kind_or_an_empty_folder_is_refused_in_one_line(tmp_path, monkeypatch):
+    """They were tracebacks (`spark_conf: notamap`, `log_dir: 7` far from the file) or silently the
+    file system's root (`JOINSHIFT_STORAGE_ROOT=`)."""
+    import pytest
+
+    from jobs.settings import SettingsError
+
+    cfg = tmp_path / "joinshift.yaml"
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(cfg))
+    for text, says in [
+        ("spark_conf: notamap\n", "spark_conf is a mapping of key: value"),
+        ("storage_root:\n", "storage_root is None; give it a text value"),
+        ("log_dir: [a, b]\n", "log_dir is \\['a', 'b'\\]"),
+        ("storage_root: 2026-02-30\n", "day is out of range for month: a value YAML reads as a date"),
+    ]:
+        cfg.write_text(text)
+        with pytest.raises(SettingsError, match=says):
+            load_settings({})
+    cfg.write_text("spark_driver_memory: 4096\nspark_conf: {spark.ui.enabled: false, spark.cores.max: 2}\n")
+    s = load_settings({})
+    assert s.spark_driver_memory == "4096" and s.spark_conf == {"spark.ui.enabled": "false", "spark.cores.max": "2"}
+    monkeypatch.delenv("JOINSHIFT_CONFIG")
+    with pytest.raises(SettingsError, match="^storage_root is empty in JOINSHIFT_STORAGE_ROOT: give a value"):
+        load_settings({"JOINSHIFT_STORAGE_ROOT": ""})
