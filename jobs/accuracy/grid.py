@@ -22,6 +22,11 @@ class GridError(ValueError):
     """A candidate grid is invalid; the message names the bad part."""
 
 
+#: Most candidate windows one sweep takes (the recommendation's default grid has 169); a grid
+#: beyond it is a step typed too fine, refused before its bound points fill the memory.
+MAX_CANDIDATES = 100_000
+
+
 def _seconds(value: object, what: str) -> int:
     """Whole seconds of an int, a timedelta or a duration text (``-3h``, ``-4h30m``, ``0``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str, timedelta)):
@@ -45,7 +50,14 @@ def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[t
     up = sorted({_seconds(v, "upper") for v in uppers})
     if not lo or not up:
         raise GridError("a grid needs at least one lower and one upper bound")
+    if len(lo) * len(up) > 4 * MAX_CANDIDATES:  # most pairs would be windows: refuse before building them
+        raise GridError(
+            f"{len(lo):,} lower x {len(up):,} upper bounds; a sweep takes at most {MAX_CANDIDATES:,} candidates: "
+            "use coarser steps"
+        )
     grid = [(a, b) for a in lo for b in up if a <= b]
+    if len(grid) > MAX_CANDIDATES:
+        raise GridError(f"{len(grid):,} candidate windows; a sweep takes at most {MAX_CANDIDATES:,}: use coarser steps")
     if not grid:
         raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, uppers {up[0]}..{up[-1]} s)")
     return grid
@@ -78,6 +90,11 @@ def _values(name: str, text: str, part: str) -> list[int]:
             raise GridError(
                 f"{where}: the step {step_text.strip()} does not divide the range "
                 f"{start_text.strip()}..{end_text.strip()}"
+            )
+        if (end - start) // step + 1 > MAX_CANDIDATES:
+            raise GridError(
+                f"{where}: range {item!r} has {(end - start) // step + 1:,} bound points; a sweep takes at most "
+                f"{MAX_CANDIDATES:,} candidates: use a coarser step"
             )
         out.extend(range(start, end + 1, step))
     return out

@@ -451,9 +451,9 @@ def _launch_quiet_gateway(options: dict[str, str]) -> None:
             raise
         # the JVM refused its options before it could say more than that it exited
         raise SettingsError(
-            "the Spark driver's JVM exited as it started: check its options (spark_driver_java_options, "
-            f"spark_conf's spark.driver.*), spark_driver_memory ({options.get('spark.driver.memory', 'unset')}) "
-            "and JAVA_HOME"
+            f"the Spark driver's JVM exited as it started: check spark_master ({options.get('spark.master', 'unset')}),"
+            " its options (spark_driver_java_options, spark_conf's spark.driver.*), spark_driver_memory "
+            f"({options.get('spark.driver.memory', 'unset')}) and JAVA_HOME"
         ) from None
     proc = getattr(gateway, "proc", None)  # None when pyspark joined a JVM spark-submit started
     err = proc.stderr if proc is not None else None

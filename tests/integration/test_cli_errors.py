@@ -76,6 +76,7 @@ def test_configuration_errors_are_one_line_in_a_fresh_process(tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().startswith("joinshift batch: the Spark driver's JVM exited as it started"), res.stderr
     assert "spark_driver_java_options" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "check spark_master (local[*])" in res.stderr, res.stderr
 
 
 def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, kafka, cli_spec, capsys):

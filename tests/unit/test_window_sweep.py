@@ -268,6 +268,9 @@ def test_candidate_grid_and_compact_form():
         ("lower=1h,upper=0", ["no candidate has lower <= upper"]),
         ("lower=-1h,,upper=0", ["empty part"]),
         ("lower=-1h|,upper=0", ["empty value"]),
+        # a step typed too fine: refused before its bound points fill the memory (it was an OOM kill)
+        ("lower=-9999d..0/1s,upper=0..6h/30m", ["863,913,601 bound points", "at most 100,000", "coarser step"]),
+        ("lower=-1d..0/1m,upper=0..1d/1m", ["1,441 lower x 1,441 upper", "at most 100,000"]),
     ],
 )
 def test_grid_errors_name_the_bad_part(text, names):
