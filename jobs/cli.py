@@ -477,6 +477,17 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The sub-parser that parsed ``args``' command (and gate action)."""
+    for dest in ("command", "gate_action"):
+        subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        name = getattr(args, dest, None)
+        if subs is None or name not in subs.choices:
+            break
+        parser = subs.choices[name]
+    return parser
+
+
 class CommandFailed(SystemExit):
     """How a command ends on a user error: the message was printed to stderr; the process exits
     with ``code``; ``str()`` is the message (what callers in Python and tests see)."""
@@ -490,7 +501,10 @@ class CommandFailed(SystemExit):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's own parser, with its usage, not the top level's
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         _configure_logging(args.verbose)
         return int(args.func(args) or 0)

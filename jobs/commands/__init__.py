@@ -132,9 +132,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_land(args: argparse.Namespace) -> int:
     from jobs.steps.landing import land_ds
 
+    days, sides = _ds_range(args), args.side or ("left", "right")  # the arguments before Kafka and Spark
     spec, bootstrap, spark = _load_spec(args.spec), _bootstrap(), _spark("land")
-    sides = args.side or ("left", "right")
-    for ds in _ds_range(args):
+    for ds in days:
         print(
             json.dumps(
                 {side: asdict(land_ds(spark, spec, side, ds, bootstrap=bootstrap)) for side in sides}, default=str
@@ -148,8 +148,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     printed as incomplete with the days it waits for (the day-edge rule) and the run goes on."""
     from jobs.steps.batch import PartitionsNotLanded, run_variant
 
-    spec, spark = _load_spec(args.spec), _spark("batch")
-    for ds in _ds_range(args):
+    days, spec, spark = _ds_range(args), _load_spec(args.spec), _spark("batch")  # arguments before Spark
+    for ds in days:
         for v in args.variant or BATCH_CHOICES:
             row: dict[str, Any] = {"ds": str(ds), "variant": v}
             try:
@@ -251,9 +251,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from jobs.steps.batch import waiting_variants
     from jobs.storage.stream_runs import read_runs
 
-    spec, spark = _load_spec(args.spec), _spark("compare")
-
-    days = list(_ds_range(args))
+    days, spec, spark = _ds_range(args), _load_spec(args.spec), _spark("compare")
     rows = [m for ds in days for m in compare_ds(spark, spec, ds)]
     _console().print(render_table(rows, spec.accuracy.baseline, read_runs(spec)))
     for ds in days:
@@ -271,8 +269,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from jobs.accuracy.sweep import sweep_ds
 
     candidates = parse_grid(args.grid)
-    spec, spark = _load_spec(args.spec), _spark("window-sweep")
-    out = sweep_ds(spark, spec, _ds_range(args), candidates, right_days=args.right_days)
+    days, spec, spark = _ds_range(args), _load_spec(args.spec), _spark("window-sweep")
+    out = sweep_ds(spark, spec, days, candidates, right_days=args.right_days)
     out.insert(3, "window", [format_candidate(a, b) for a, b in zip(out.lower_s, out.upper_s)])
     with pd.option_context("display.max_rows", None, "display.width", 160):
         print(out.to_string(index=False))
@@ -346,7 +344,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     trial_minutes = (
         _slice_minutes("--trial-slice", args.trial_slice) if args.trial_slice else slice_minutes or VERIFY_SLICE_MINUTES
     )
-    spark, days = _spark("recommend", classic=args.verify), _ds_range(args)  # --verify streams
+    days, spark = _ds_range(args), _spark("recommend", classic=args.verify)  # --verify streams
     console = _console()
     what = f"measuring candidates over the landed days ({cadence.label()})"
     with console.status(what) as status:
@@ -500,8 +498,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UserError("--ds YYYY-MM-DD is required (or --example)", EXIT_USAGE)
     from jobs.report.assemble import publish
 
-    spec, spark = _load_spec(args.spec), _spark("report")
-    days = _ds_range(args)
+    days, spec, spark = _ds_range(args), _load_spec(args.spec), _spark("report")
     with Progress() as progress:
         t = progress.add_task("accuracy reports", total=len(days))
         for ds in days:

@@ -378,3 +378,16 @@ def test_a_spec_duration_that_is_negative_or_too_long_names_its_field(demo_spec_
         data.setdefault(section, {})[field] = value
         with pytest.raises(SpecError, match=f"{section}.{field}"):
             parse_spec(data)
+
+
+def test_an_unknown_option_is_named_with_its_commands_usage(capsys):
+    for argv, usage in [
+        (["stream", "--bogus"], "Usage: joinshift stream "),
+        (["gate", "view", "--bogus"], "Usage: joinshift gate view "),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err
+    args, extra = build_parser().parse_known_args(["airflow", "dags", "list", "--output", "json"])
+    assert args.airflow_args == ["dags", "list", "--output", "json"] and extra == []  # passed through whole
