@@ -325,9 +325,16 @@ def publish(
     """Build, render and publish one ds's report; save the recommendation. Returns the files."""
     from jobs.accuracy.recommend import save
     from jobs.report.render import publish_report
+    from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
+    if not delta_io.table_exists(spark, tables.match_metrics) or not (
+        spark.read.format("delta").load(tables.match_metrics).where(F.col("ds") == F.lit(ds)).limit(1).count()
+    ):  # a report of nothing would look like one of a day where nothing happened
+        raise delta_io.MissingInput(
+            f"no comparison for ds {ds} of pipeline {spec.pipeline} yet: run `joinshift compare --ds {ds}` first"
+        )
     data, rec = build_report(spark, spec, ds, s, learn_days)
     if rec is not None:
         save(spark, spec, rec, s)

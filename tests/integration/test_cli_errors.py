@@ -85,6 +85,10 @@ def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, 
     assert "joinshift land --ds 2026-11-20" in fails(["compare", "--spec", path, "--ds", "2026-11-20"], capsys)
     assert "joinshift stream" in fails(["attribute", "--spec", path, "--ds", "2026-11-20"], capsys)
     assert "joinshift land --ds 2026-11-20" in fails(["recommend", "--spec", path, "--ds", "2026-11-20"], capsys)
+    # a report of nothing looked like one of a day where nothing happened, and exited 0
+    assert "run `joinshift compare --ds 2026-11-20` first" in fails(
+        ["report", "--spec", path, "--ds", "2026-11-20"], capsys
+    )
 
 
 def test_the_last_day_waits_for_its_next_right_day_and_everything_else_is_computed(
