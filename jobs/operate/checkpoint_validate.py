@@ -109,6 +109,9 @@ def validate_checkpoint(
     cp = str(path)
     h = CheckpointHealth(path=cp, exists=fs.is_dir(cp))
     hint = _replay_hint(spec_arg)
+    if not h.exists and fs.exists(cp):
+        h.add("not_a_folder", "error", f"{cp} is a file, not a checkpoint folder: name the checkpoint's folder")
+        return h
     if not h.exists:
         h.add(
             "no_checkpoint",

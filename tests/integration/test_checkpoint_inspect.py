@@ -287,6 +287,8 @@ def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
     cp, spec_file = run["checkpoint"], run["spec_file"]
     assert checkpoint_cli(["validate", "--spec", spec_file, "--checkpoint", str(cp)]) == 0
     assert "OK" in capsys.readouterr().out
+    assert checkpoint_cli(["validate", "--spec", spec_file, "--checkpoint", spec_file]) == 1  # a file: no "OK"
+    assert "is a file, not a checkpoint folder" in capsys.readouterr().out
 
     broken = _broken_copy(run, lambda c: (c / "metadata").unlink())
     assert checkpoint_cli(["validate", "--spec", spec_file, "--checkpoint", str(broken), "--json"]) == 1
