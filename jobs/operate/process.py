@@ -61,6 +61,11 @@ def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None
 # ------------------------------------------------------------------ the stream process
 
 
+#: What ``joinshift`` exits with when it refuses its spec, settings or arguments
+#: (``jobs.commands.EXIT_USAGE``; a test holds the two equal): restarting gets the same answer.
+EXIT_REFUSED = 2
+
+
 class StreamProcess:
     """The continuous join of one pipeline as a separate, detached process.
 
@@ -150,6 +155,17 @@ class StreamProcess:
 
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc is not None and self._proc.pid == self.pid else None
+
+    def last_words(self) -> str:
+        """Why the process ended, as it said it in its log: from its last ``joinshift stream:``
+        line on (a refused spec names each bad field on a line of its own), joined; or ''."""
+        with contextlib.suppress(OSError):
+            with open(self.log_file, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+                lines = [x.strip() for x in f.read().decode("utf-8", "replace").splitlines() if x.strip()]
+            said = [i for i, x in enumerate(lines) if x.startswith("joinshift ")]
+            return "; ".join(lines[said[-1] if said else -1 :]) if lines else ""
+        return ""
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the whole process group (the Python driver and its Spark JVM)."""

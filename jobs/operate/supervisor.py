@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.operate.health import health, iso, record_restart, write_health
-from jobs.operate.process import StreamProcess
+from jobs.operate.process import EXIT_REFUSED, StreamProcess
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 from jobs.storage.hold import current_hold, supervisor_dir
@@ -188,7 +188,16 @@ class Supervisor:
             return False
         wait = self.backoff_s[min(self.in_a_row, len(self.backoff_s) - 1)] if self.backoff_s else 0
         rc = proc.returncode()
-        reason = f"{h.state}: {h.reason}" + (f" (exit code {rc})" if rc is not None else "")
+        said = proc.last_words() if rc else ""
+        reason = f"{h.state}: {h.reason}" + (
+            f" (exit code {rc}{': ' + said if said else ''})" if rc is not None else ""
+        )
+        if rc == EXIT_REFUSED:  # the spec, settings or arguments were refused: a restart gets the same answer
+            report.gave_up = True
+            msg = f"{spec.pipeline}: the stream refuses to start, not restarting ({reason})"
+            report.alerts.append({"kind": "refused", "message": msg})
+            self.alert("refused", msg)
+            return False
         self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
         if h.state == "stalled":
             proc.stop(timeout=10)

@@ -258,3 +258,29 @@ def test_a_stop_waits_for_the_whole_process_group_and_kills_what_outlasts_its_gr
             assert not proc.pid_file.exists()
         finally:
             proc.kill()
+
+
+def test_a_stream_that_refuses_its_spec_is_not_restarted_and_the_alert_says_why(tmp_path, demo_spec):
+    """A real ``joinshift stream`` child with a spec it refuses exits 2 at once; restarting it would
+    get the same answer, so supervision ends (gave_up, exit 1 from the CLI) with the child's own line
+    in the alert. It restarted it every few seconds for the whole watch, the cause only in its log."""
+    import dataclasses
+
+    from jobs.commands import EXIT_USAGE
+    from jobs.operate.process import EXIT_REFUSED
+    from jobs.operate.supervisor import supervise
+    from jobs.settings import Settings
+
+    assert EXIT_REFUSED == EXIT_USAGE
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path / "storage"), log_dir=str(tmp_path / "logs"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: [not, a, name]\n")
+    spec = demo_spec.model_copy(update={"pipeline": "refused"})
+    alerts: list[tuple[str, str]] = []
+    report = supervise(
+        spec, s, spec_path=bad, checks=60, interval_s=0.5, backoff_s=(0,), on_alert=lambda k, m: alerts.append((k, m))
+    )
+    assert report.gave_up and [r["reason"] for r in report.restarts] == ["not running"]  # its first start only
+    assert [a["kind"] for a in report.alerts] == ["refused"]
+    assert alerts and alerts[-1][0] == "refused"
+    assert "(exit code 2: joinshift stream: " in alerts[-1][1] and "pipeline" in alerts[-1][1], alerts
