@@ -420,7 +420,8 @@ def validate_model(
     pydantic's validation context (a spec's folder: :data:`jobs.spec.avro.SPEC_DIR`).
     """
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: a {what} is a YAML mapping, got {type(data).__name__}")
+        got = "an empty file" if data is None else f"a YAML {type(data).__name__}"
+        raise SpecError(f"{source}: a {what} is a YAML mapping of field: value, not {got}")
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:

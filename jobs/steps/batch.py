@@ -61,10 +61,12 @@ def run_variant(spark: SparkSession, spec: JoinSpec, variant: str, ds: date, s: 
     left_landed, early = ds in landed["left"], [d for d in missing if d <= ds]
     if not left_landed or early:
         first = min([ds, *early])
-        what = "left" if not early else ("right" if left_landed else "left and right")
+        what = (
+            "left stream has" if not early else ("right stream has" if left_landed else "left and right streams have")
+        )
         span = f"ds {first}" if first == ds else f"ds {first} .. {ds}"
         raise delta_io.MissingInput(
-            f"{variant} for ds {ds}: the {what} stream has not landed {span}: "
+            f"{variant} for ds {ds}: the {what} not landed {span}: "
             f"run joinshift land --ds {first}{f' --to {ds}' if first != ds else ''} first"
         )
     if missing:

@@ -154,8 +154,9 @@ def test_an_invalid_spec_fails_naming_the_field(tmp_path, demo_spec_data):
         (b"\x7fELF\x02\x01\x01\x00\xd0\xff", "is not UTF-8 text"),
         (b"window: [1, 2\n", "not valid YAML: expected ',' or ']', but got '<stream end>' (line 2, column 1)"),
         (b"pipeline: 2026-02-30\n", "day is out of range for month: a value YAML reads as a date or time is not one"),
+        (b"", "a join spec is a YAML mapping of field: value, not an empty file"),
     ],
-    ids=["folder", "binary", "unclosed", "impossible-date"],
+    ids=["folder", "binary", "unclosed", "impossible-date", "empty"],
 )
 def test_a_spec_that_is_not_a_yaml_file_is_refused_in_one_line(content, says, tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
