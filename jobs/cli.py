@@ -13,45 +13,15 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 from jobs import commands
+from jobs.commands.common import date_arg, interval_arg, positive_int_arg
 from jobs.settings import settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
 log = logging.getLogger("joinshift")
-
-
-def _date(value: str) -> date:
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a date; use YYYY-MM-DD") from None
-
-
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
-    return n
-
-
-def _interval(value: str) -> str:
-    """A positive duration in joinshift's one grammar (``30s``, ``2m``), passed on as written."""
-    from jobs.spec.duration import parse_duration
-
-    try:
-        ok = parse_duration(value).total_seconds() > 0
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if not ok:
-        raise argparse.ArgumentTypeError(f"{value!r}: give a positive duration, e.g. 30s")
-    return value
 
 
 #: The engines whose versions a bug report needs beside joinshift's own.
@@ -107,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_ds(sp: argparse.ArgumentParser, required: bool = True) -> argparse.ArgumentParser:
         ds_help = "first ds, YYYY-MM-DD" + ("" if required else " (required unless --example)")
-        sp.add_argument("--ds", type=_date, required=required, help=ds_help)
-        sp.add_argument("--to", type=_date, help="last ds of a range (inclusive)")
+        sp.add_argument("--ds", type=date_arg, required=required, help=ds_help)
+        sp.add_argument("--to", type=date_arg, help="last ds of a range (inclusive)")
         return sp
 
     k = cmd("kafka", commands.cmd_kafka, "start, stop or inspect the embedded Kafka broker (KRaft, loopback)")
@@ -155,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     _path(d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})"))
     d.add_argument(
         "--slice-minutes",
-        type=_positive_int,
+        type=positive_int_arg,
         default=60,
         help="simulated minutes of arrivals per streaming micro-batch (default: 60)",
     )
@@ -185,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = with_spec(cmd("stream", commands.cmd_stream, "run the streaming join (continuous, or one increment)"))
     s.add_argument("--available-now", action="store_true", help="process what is available, then stop")
     s.add_argument(
-        "--trigger-interval", type=_interval, help="continuous mode micro-batch interval, e.g. 30s (default: spec)"
+        "--trigger-interval", type=interval_arg, help="continuous mode micro-batch interval, e.g. 30s (default: spec)"
     )
     ra = with_spec(
         cmd(
@@ -194,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
             "a faithful trial of the stream over the topics' history: one increment per slice of arrival time",
         )
     )
-    ra.add_argument("--from", dest="from_ds", type=_date, help="first arrival day (default: every day held)")
-    ra.add_argument("--to", type=_date, help="last arrival day (default: --from)")
+    ra.add_argument("--from", dest="from_ds", type=date_arg, help="first arrival day (default: every day held)")
+    ra.add_argument("--to", type=date_arg, help="last arrival day (default: --from)")
     ra.add_argument("--slice", default="30m", help="record time per slice and micro-batch, e.g. 30m, 1h (default: 30m)")
     ra.add_argument(
         "--as",
@@ -237,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--state-memory", help="state memory budget, e.g. 2GiB (default: the spec's budgets.state_memory)")
     r.add_argument(
         "--slice-minutes",
-        type=_positive_int,
+        type=positive_int_arg,
         help="choose for replay-as-live with these slices (default: live at the spec's trigger interval); "
         "--verify's trial replays with them (default 30)",
     )
@@ -275,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write-suites: the spec's suites as files; check-suites: exit 1 if the files differ "
         "from the spec's; run: the gates for --ds, recorded, exit 1 if one failed",
     )
-    qa.add_argument("--ds", type=_date, help="the ds the gates check (for `run`), YYYY-MM-DD")
+    qa.add_argument("--ds", type=date_arg, help="the ds the gates check (for `run`), YYYY-MM-DD")
     qa.add_argument("--dir", help="GX file context (default: expectations/)")
     qa.add_argument(
         "--kind", action="append", help="only this gate (repeatable): raw_left, raw_right, join_output, accuracy"
@@ -316,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
             "run the continuous join as its own process; restart it on exit or stall",
         )
     )
-    sv.add_argument("--checks", type=_positive_int, default=54, help="health checks before returning (default 54)")
+    sv.add_argument("--checks", type=positive_int_arg, default=54, help="health checks before returning (default 54)")
     sv.add_argument("--interval", type=float, default=10, help="seconds between checks (default 10)")
     sv.add_argument(
         "--stall-after",
@@ -325,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         "health.max_batch_age)",
     )
     sv.add_argument(
-        "--trigger-interval", type=_interval, help="the stream's micro-batch interval, e.g. 30s (default: spec)"
+        "--trigger-interval", type=interval_arg, help="the stream's micro-batch interval, e.g. 30s (default: spec)"
     )
     sv.add_argument("--stop", action="store_true", help="stop the supervised process and exit")
     he = with_spec(
@@ -399,8 +369,8 @@ def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter])
 
     action("status", "stage, days meeting the SLO / required, and why the next promotion waits")
     ev = action("evaluate", "check a ds (or range) against the SLO and record the evidence")
-    ev.add_argument("--ds", type=_date, required=True, help="first ds, YYYY-MM-DD")
-    ev.add_argument("--to", type=_date, help="last ds of a range (inclusive)")
+    ev.add_argument("--ds", type=date_arg, required=True, help="first ds, YYYY-MM-DD")
+    ev.add_argument("--to", type=date_arg, help="last ds of a range (inclusive)")
     pr = action("promote", "one stage on; refused (exit 2, saying why) until the SLO held for the required days")
     pr.add_argument("--force", action="store_true", help="promote without the days met (needs --reason)")
     pr.add_argument("--reason", help="why (recorded with the decision)")

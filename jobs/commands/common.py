@@ -18,6 +18,39 @@ BATCH_CHOICES = DAILY_VARIANTS
 EXIT_USAGE = 2
 
 
+# -- argument types: a bad value is argparse's one line, with the command's usage
+
+
+def date_arg(value: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date; use YYYY-MM-DD") from None
+
+
+def positive_int_arg(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return n
+
+
+def interval_arg(value: str) -> str:
+    """A positive duration in joinshift's one grammar (``30s``, ``2m``), passed on as written."""
+    from jobs.spec.duration import parse_duration
+
+    try:
+        ok = parse_duration(value).total_seconds() > 0
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a positive duration, e.g. 30s")
+    return value
+
+
 class UserError(Exception):
     """Something the user can fix; the message says what. Printed as one line, exit ``code``."""
 

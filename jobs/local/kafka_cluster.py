@@ -32,6 +32,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jobs.local.kafka_setup import (
     BROKER_SETTINGS,
@@ -186,9 +187,7 @@ class KafkaCluster(LocalService):
 
     def leader(self, topic: str, partition: int) -> int:
         """The node id leading ``topic``'s ``partition`` now, as the cluster's metadata says."""
-        from jobs.storage import kafka
-
-        leaders = kafka.partition_leaders(self.live_bootstrap(), topic)
+        leaders = partition_leaders(self.live_bootstrap(), topic)
         if partition not in leaders:
             raise BrokerError(f"{topic}[{partition}] does not exist on {self.bootstrap}")
         return leaders[partition]
@@ -215,8 +214,6 @@ class KafkaCluster(LocalService):
 
     def _wait_ready(self, node_ids: list[int], timeout: float) -> None:
         """Each node answers a metadata request, and the cluster lists every live node as a broker."""
-        from jobs.storage import kafka
-
         deadline = time.monotonic() + timeout
         waiting = set(node_ids)
         while True:
@@ -229,7 +226,7 @@ class KafkaCluster(LocalService):
             if not waiting:
                 live = {n.node_id for n in self.nodes.values() if n.alive()}
                 with contextlib.suppress(Exception):  # a node still registering: ask again
-                    if live <= set(kafka.cluster_brokers(self.live_bootstrap())):
+                    if live <= set(cluster_brokers(self.live_bootstrap())):
                         return
             if time.monotonic() > deadline:
                 stuck = min(waiting) if waiting else node_ids[0]
@@ -237,3 +234,45 @@ class KafkaCluster(LocalService):
                     f"Kafka nodes {sorted(waiting) or node_ids} did not become ready within {timeout}s"
                 )
             time.sleep(0.5)
+
+
+# -- the cluster's metadata, asked through the one Kafka client module -------------------
+
+
+def cluster_brokers(bootstrap: str) -> list[int]:
+    """Node ids of the cluster's registered, unfenced brokers (those that serve partitions)."""
+    from jobs.storage import kafka
+
+    admin = kafka.admin_client(bootstrap, request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+    try:
+        brokers = admin.describe_cluster()["brokers"]
+    finally:
+        admin.close()
+    return sorted(int(b["broker_id"]) for b in brokers if not b.get("is_fenced"))
+
+
+def partition_replicas(bootstrap: str, topic: str) -> dict[int, dict[str, Any]]:
+    """``{partition: {"leader": node id, "replicas": [...], "isr": [...]}}`` of ``topic`` as the
+    cluster's metadata says now; {} when the topic does not exist."""
+    from jobs.storage import kafka
+
+    admin = kafka.admin_client(bootstrap, request_timeout_ms=kafka.REQUEST_TIMEOUT_MS)
+    try:
+        described = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    return {
+        int(p["partition_index"]): {
+            "leader": int(p["leader_id"]),
+            "replicas": sorted(int(r) for r in p["replica_nodes"]),
+            "isr": sorted(int(r) for r in p["isr_nodes"]),
+        }
+        for t in described
+        if t.get("name") == topic and not t.get("error_code")
+        for p in t.get("partitions") or []
+    }
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """``{partition: leader node id}`` of ``topic`` (-1: no leader right now)."""
+    return {p: r["leader"] for p, r in partition_replicas(bootstrap, topic).items()}

@@ -17,6 +17,7 @@ the *left* stream drives the join; each left event has its own *window* on the r
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 from datetime import timedelta
@@ -426,13 +427,25 @@ def validate_model(
         return model.model_validate(data, context=context)
     except ValidationError as exc:
         lines = []
+        unknown: dict[tuple[Any, ...], list[str]] = {}  # a parent's unknown fields, said once with what it allows
         for err in exc.errors():
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = f"unknown field; allowed: {', '.join(_allowed_fields(model, err['loc']))}"
-            elif "input" in err and err["type"] not in ("value_error", "missing"):
+                unknown.setdefault(err["loc"][:-1], []).append(str(err["loc"][-1]))
+                continue
+            if "input" in err and err["type"] not in ("value_error", "missing"):
                 msg = f"{msg} (got {err['input']!r})"
             lines.append(f"  {_field_path(err['loc'])}: {msg}")
+        for parent, names in unknown.items():
+            allowed = _allowed_fields(model, (*parent, names[0]))
+            hints = {
+                n: f" (did you mean {m[0]}?)" if (m := difflib.get_close_matches(n, allowed, 1)) else "" for n in names
+            }
+            if len(names) == 1:
+                said = f"{_field_path((*parent, names[0]))}: unknown field{hints[names[0]]}"
+            else:
+                said = f"{_field_path(parent)}: unknown fields " + ", ".join(n + hints[n] for n in names)
+            lines.append(f"  {said}; allowed: {', '.join(allowed)}")
         raise SpecError(f"{source}: invalid {what}\n" + "\n".join(lines)) from None
 
 

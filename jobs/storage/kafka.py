@@ -329,41 +329,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
         admin.close()
 
 
-def cluster_brokers(bootstrap: str) -> list[int]:
-    """Node ids of the cluster's registered, unfenced brokers (those that serve partitions)."""
-    admin = admin_client(bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
-    try:
-        brokers = admin.describe_cluster()["brokers"]
-    finally:
-        admin.close()
-    return sorted(int(b["broker_id"]) for b in brokers if not b.get("is_fenced"))
-
-
-def partition_replicas(bootstrap: str, topic: str) -> dict[int, dict[str, Any]]:
-    """``{partition: {"leader": node id, "replicas": [...], "isr": [...]}}`` of ``topic`` as the
-    cluster's metadata says now; {} when the topic does not exist."""
-    admin = admin_client(bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
-    try:
-        described = admin.describe_topics([topic])
-    finally:
-        admin.close()
-    return {
-        int(p["partition_index"]): {
-            "leader": int(p["leader_id"]),
-            "replicas": sorted(int(r) for r in p["replica_nodes"]),
-            "isr": sorted(int(r) for r in p["isr_nodes"]),
-        }
-        for t in described
-        if t.get("name") == topic and not t.get("error_code")
-        for p in t.get("partitions") or []
-    }
-
-
-def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """``{partition: leader node id}`` of ``topic`` (-1: no leader right now)."""
-    return {p: r["leader"] for p, r in partition_replicas(bootstrap, topic).items()}
-
-
 def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 20) -> None:
     """Delete those of ``topics`` that exist, and wait until the cluster no longer lists them."""
     import time

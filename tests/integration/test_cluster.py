@@ -94,11 +94,11 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
     spark, kafka, demo_spec, test_settings, test_root
 ):
     from jobs.local.chaos import isolated_spec, output_rows, wait_until
+    from jobs.local.kafka_cluster import partition_replicas
     from jobs.local.spark_cluster import SparkCluster
     from jobs.operate.process import StreamProcess
     from jobs.spec import write_spec
     from jobs.steps.stream import stream_lag, stream_watermark
-    from jobs.storage import kafka as kafka_io
     from jobs.storage.kafka import create_topic
     from jobs.workload.publisher import publish
 
@@ -131,11 +131,9 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
             create_topic(bootstrap, st.topic)  # replication factor: the cluster's default
             # each partition on all 3 nodes, in sync (as soon as the broker asked knows the topic)
             assert wait_until(
-                lambda t=st.topic: (
-                    _replicas(_asked(lambda: kafka_io.partition_replicas(bootstrap, t), {})) == everywhere
-                ),
+                lambda t=st.topic: _replicas(_asked(lambda: partition_replicas(bootstrap, t), {})) == everywhere,
                 STEP_TIMEOUT_S,
-            ), kafka_io.partition_replicas(bootstrap, st.topic)
+            ), partition_replicas(bootstrap, st.topic)
         publish(first, bootstrap)
 
         proc = StreamProcess(write_spec(spec, root / "cluster.yaml"), spec, on_cluster, trigger_interval="1s")
@@ -181,10 +179,10 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
         survivors = sorted({1, 2, 3} - {victim})
 
         def failed_over() -> bool:
-            now = _asked(lambda: kafka_io.partition_replicas(live, topic), {}).get(0, {})
+            now = _asked(lambda: partition_replicas(live, topic), {}).get(0, {})
             return now.get("leader") in survivors and now.get("isr") == survivors
 
-        assert wait_until(failed_over, STEP_TIMEOUT_S), kafka_io.partition_replicas(live, topic)
+        assert wait_until(failed_over, STEP_TIMEOUT_S), partition_replicas(live, topic)
 
         # the killed node comes back (same ports and data) while the stream reads the second half
         kafka_cluster.restart(victim)
@@ -197,7 +195,7 @@ def test_the_stream_on_a_spark_and_a_kafka_cluster_loses_a_partition_leader_and_
         assert wait_until(caught_up, STEP_TIMEOUT_S, step=0.5), failure("second half not read")
         timings["second half read"] = time.monotonic() - t0
         assert wait_until(
-            lambda: _replicas(_asked(lambda: kafka_io.partition_replicas(bootstrap, topic), {})) == everywhere,
+            lambda: _replicas(_asked(lambda: partition_replicas(bootstrap, topic), {})) == everywhere,
             STEP_TIMEOUT_S,
         ), f"node {victim} did not rejoin the in-sync replicas"
         # SIGTERM: the driver stops its query between micro-batches and its application, and exits

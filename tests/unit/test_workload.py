@@ -131,8 +131,15 @@ def test_a_bad_field_in_the_file_is_named(tmp_path):
     with pytest.raises(SpecError) as e:
         load_workload(bad)
     msg = str(e.value)
-    assert "left_events_per_dya: unknown field; allowed: seed, start_date" in msg
-    assert "bad.null_keys: unknown field; allowed: malformed_json, null_key" in msg
+    assert "left_events_per_dya: unknown field (did you mean left_events_per_day?); allowed: seed, start_date" in msg
+    assert "bad.null_keys: unknown field (did you mean null_key?); allowed: malformed_json, null_key" in msg
+
+    # many unknown fields (a spec given as a workload): each parent's allowed list said once, not per field
+    bad.write_text((Path(__file__).parents[2] / "include/specs/search_sessions.yaml").read_text())
+    with pytest.raises(SpecError) as e:
+        load_workload(bad)
+    msg = str(e.value)
+    assert msg.count("allowed:") == 1 and "(top level): unknown fields pipeline, timezone, left, right" in msg
 
     with pytest.raises(SpecError, match="right_late_mean: .*not a duration"):
         parse_workload({"right_late_mean": "forty minutes"})
