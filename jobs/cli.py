@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import commands
-from jobs.commands.common import date_arg, interval_arg, positive_int_arg
+from jobs.commands.common import date_arg, interval_arg, positive_float_arg, positive_int_arg
 from jobs.settings import settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("action", choices=("start", "stop", "status"))
     k.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float_arg,
         help="seconds to wait until it answers (start, default 60) or before SIGKILL (stop, default 30)",
     )
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ss.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float_arg,
         help="seconds to wait until it accepts clients (start, default 120) or before SIGKILL (stop, default 30)",
     )
 
@@ -143,7 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     _path(im.add_argument("--left", metavar="FILE", help="the left stream's rows (a file or a folder of them)"))
     _path(im.add_argument("--right", metavar="FILE", help="the right stream's rows"))
     im.add_argument(
-        "--arrival", metavar="COLUMN", help="the column holding each row's arrival time (default: format.arrival)"
+        "--arrival",
+        metavar="COLUMN",
+        help="the column holding each row's arrival time (default: the side's format.arrival)",
     )
     im.add_argument("--partitions", type=int, default=2, help="partitions of topics it creates (default: 2)")
     ld = with_ds(with_spec(cmd("land", commands.cmd_land, "land both topics' ds into the daily Delta tables")))
@@ -287,10 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     sv.add_argument("--checks", type=positive_int_arg, default=54, help="health checks before returning (default 54)")
-    sv.add_argument("--interval", type=float, default=10, help="seconds between checks (default 10)")
+    sv.add_argument("--interval", type=positive_float_arg, default=10, help="seconds between checks (default 10)")
     sv.add_argument(
         "--stall-after",
-        type=float,
+        type=positive_float_arg,
         help="seconds without a micro-batch while records wait before a restart (default: the spec's "
         "health.max_batch_age)",
     )
@@ -309,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     he.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     he.add_argument(
         "--kafka-timeout",
-        type=float,
+        type=positive_float_arg,
         default=5,
         help="seconds to wait for Kafka before using the health log (default 5)",
     )

@@ -106,13 +106,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from jobs.steps.importing import import_files
+    from jobs.steps.importing import file_format, import_files
 
     files = {side: path for side, path in (("left", args.left), ("right", args.right)) if path}
     if not files:
         raise UserError("name at least one file: --left FILE and/or --right FILE", EXIT_USAGE)
     if args.partitions < 1:
         raise UserError("--partitions must be at least 1", EXIT_USAGE)
+    for path in files.values():
+        file_format(path)  # a file that is not there or not readable: said before Kafka and Spark
     spec, bootstrap, spark = _load_spec(args.spec), _bootstrap(), _spark("import")  # Kafka answers first
     with Progress(transient=True) as bar:
         task = bar.add_task("publishing in arrival order", total=None)
@@ -460,11 +462,12 @@ def cmd_quality(args: argparse.Namespace) -> int:
             print(path)
         return 0
     if args.action == "check-suites":
-        drift = suites_out_of_sync(spec, where)
-        if drift:
+        if not Path(where).is_dir():
+            raise UserError(f"no suites folder {where}: name it with --dir, or write the suites there first")
+        if drift := suites_out_of_sync(spec, where):
+            again = f"--spec {args.spec}" + (f" --dir {args.dir}" if args.dir else "")
             raise UserError(
-                f"out of sync with {args.spec}: {', '.join(drift)}; run "
-                f"`joinshift quality write-suites --spec {args.spec}`"
+                f"out of sync with {args.spec}: {', '.join(drift)}; run `joinshift quality write-suites {again}`"
             )
         print("suites in sync")
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -36,6 +37,17 @@ def positive_int_arg(value: str) -> int:
     if n <= 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
     return n
+
+
+def positive_float_arg(value: str) -> float:
+    """Seconds and the like: a number above zero (argparse's ``float`` let ``-1`` and ``nan`` through)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not x > 0 or math.isinf(x):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
+    return x
 
 
 def interval_arg(value: str) -> str:

@@ -44,16 +44,23 @@ class ImportRefused(ValueError):
     """A file or argument ``joinshift import`` cannot use; the message says what to change."""
 
 
-def read_rows(spark: SparkSession, path: str) -> DataFrame:
-    """A Parquet / CSV (with a header row) / JSON-lines file (or a folder of them) as a DataFrame."""
+def file_format(path: str) -> str:
+    """Spark's format of a Parquet / CSV / JSON-lines file (or a folder of them); checked before
+    anything starts (the CLI asks it before Kafka and Spark)."""
     p = Path(path)
     if not p.exists():
         raise MissingInput(f"{path} does not exist: name a Parquet, CSV or JSON-lines file")
     suffix = next((s for s in ([p.suffix] if p.is_file() else [f.suffix for f in p.iterdir()]) if s in FORMATS), "")
     if not suffix:
         raise ImportRefused(f"{path}: not a Parquet, CSV or JSON-lines file (.parquet, .csv, .json, .jsonl)")
-    reader = spark.read.format(FORMATS[suffix])
-    if FORMATS[suffix] == "csv":
+    return FORMATS[suffix]
+
+
+def read_rows(spark: SparkSession, path: str) -> DataFrame:
+    """A Parquet / CSV (with a header row) / JSON-lines file (or a folder of them) as a DataFrame."""
+    p, fmt = Path(path), file_format(path)
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
         reader = reader.option("header", True)  # every value stays text; the side's format parses it
     return reader.load(str(p.resolve()))  # absolute: a Spark Connect server has a working folder of its own
 

@@ -31,6 +31,11 @@ BAD_CLASSES = (
 # --------------------------------------------------------------------------------------------
 
 
+#: Most left events one workload holds (each with its clicks, in memory at once); the benches
+#: generate up to 5 M a day.
+MAX_LEFT_EVENTS = 100_000_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -168,6 +173,11 @@ class WorkloadParams(_Strict):
             raise ValueError(f"distinct_keys_per_day: must not exceed left_events_per_day ({self.left_events_per_day})")
         if self.right_before_share + self.right_late_share > 1:
             raise ValueError("right_before_share + right_late_share: must not exceed 1")
+        if self.days * self.left_events_per_day > MAX_LEFT_EVENTS:  # it was an allocation error's traceback
+            raise ValueError(
+                f"days x left_events_per_day: {self.days * self.left_events_per_day:,} left events; the generator "
+                f"builds a workload in memory, at most {MAX_LEFT_EVENTS:,}: generate and publish it in parts"
+            )
         return self
 
     @property

@@ -392,3 +392,43 @@ def test_an_unknown_option_is_named_with_its_commands_usage(capsys):
         assert exc.value.code == 2 and err.startswith(usage) and "unrecognized arguments: --bogus" in err
     args, extra = build_parser().parse_known_args(["airflow", "dags", "list", "--output", "json"])
     assert args.airflow_args == ["dags", "list", "--output", "json"] and extra == []  # passed through whole
+
+
+def test_check_suites_names_a_missing_folder_and_keeps_dir_in_its_advice(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["quality", "check-suites", "--dir", str(tmp_path / "nowhere")])
+    assert exc.value.code == 1 and f"no suites folder {tmp_path / 'nowhere'}" in capsys.readouterr().err
+    (tmp_path / "gx").mkdir()
+    with pytest.raises(SystemExit):
+        main(["quality", "check-suites", "--dir", str(tmp_path / "gx")])  # empty: out of sync
+    assert f"joinshift quality write-suites --spec {DEFAULT_SPEC} --dir {tmp_path / 'gx'}`" in capsys.readouterr().err
+
+
+def test_import_names_a_missing_or_unknown_file_before_kafka_and_spark(tmp_path, capsys, monkeypatch):
+    from jobs.settings import settings
+
+    monkeypatch.setenv("JOINSHIFT_KAFKA_BOOTSTRAP", "127.0.0.1:1")  # nothing answers: it must not be asked
+    settings.cache_clear()
+    (tmp_path / "rows.txt").write_text("a,b\n")
+    try:
+        for path, says in [
+            (tmp_path / "nope.csv", "nope.csv does not exist"),
+            (tmp_path / "rows.txt", "not a Parquet"),
+        ]:
+            with pytest.raises(SystemExit) as exc:
+                main(["import", "--left", str(path)])
+            assert exc.value.code == 1 and says in capsys.readouterr().err
+    finally:
+        settings.cache_clear()
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_seconds_are_a_positive_number(value, capsys):
+    for argv in (
+        ["supervise", "--interval", value],
+        ["health", "--kafka-timeout", value],
+        ["kafka", "status", "--timeout", value],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and "is not a positive number" in capsys.readouterr().err

@@ -391,3 +391,12 @@ def test_slices_cover_a_time_range_on_the_epoch_grid():
     assert [e for e, _ in iter_slices(records.iloc[:0], 60, start_ms=t0, end_ms=t0 + hour)] == [t0 + hour]
     with pytest.raises(ValueError, match="outside"):
         list(iter_slices(records, 60, start_ms=t0 + 2 * hour, end_ms=t0 + 4 * hour))
+
+
+def test_a_workload_too_large_to_build_in_memory_is_refused_naming_both_fields():
+    """`left_events_per_day: 1000000000000` was a 6 TiB allocation error's traceback."""
+    from jobs.workload.params import parse_workload
+
+    with pytest.raises(SpecError, match=r"days x left_events_per_day: 2,000,000,000,000 left events; .* in parts"):
+        parse_workload({"left_events_per_day": 1_000_000_000_000})
+    assert parse_workload({"left_events_per_day": 5_000_000}).left_events_per_day == 5_000_000
