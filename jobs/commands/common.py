@@ -24,9 +24,12 @@ EXIT_USAGE = 2
 
 def date_arg(value: str) -> date:
     try:
-        return date.fromisoformat(value)
+        d = date.fromisoformat(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a date; use YYYY-MM-DD") from None
+    if not date(1900, 1, 1) <= d <= date(9998, 12, 31):  # the windows reach days around it: year 9999 overflows
+        raise argparse.ArgumentTypeError(f"{value!r}: give a day from 1900-01-01 to 9998-12-31")
+    return d
 
 
 def positive_int_arg(value: str) -> int:

@@ -145,11 +145,12 @@ def _set_batch_dag_paused(paused: bool) -> None:
 def cmd_gate(args: argparse.Namespace) -> int:
     """The cut-over gate: status, evaluate a day, promote, roll back, resolve a view."""
     from jobs.operate import gate_store
-    from jobs.operate.gate import GateRefused, day_met, why_not
+    from jobs.operate.gate import GateRefused, check_forced, day_met, why_not
 
     spec = _load_spec(args.spec)
-    spark = _spark("gate")
     try:
+        check_forced(getattr(args, "force", False), getattr(args, "reason", None))  # before Spark starts
+        spark = _spark("gate")
         if args.gate_action == "evaluate":
             days = {ds: gate_store.evaluate(spark, spec, ds) for ds in _ds_range(args)}
             if args.json:

@@ -266,6 +266,12 @@ class Verdict:
     message: str
 
 
+def check_forced(force: bool, reason: str | None) -> None:
+    """A forced promotion is recorded with why: without a reason it is refused."""
+    if force and not (reason and reason.strip()):
+        raise GateRefused("--force needs --reason TEXT (recorded with the decision)")
+
+
 def next_stage(stage: str) -> str | None:
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {stage!r}")

@@ -217,8 +217,7 @@ def promote(
     v = st.verdict
     if v.to is None:
         raise GateRefused(v.message)
-    if force and not (reason and reason.strip()):
-        raise GateRefused("--force needs --reason TEXT (recorded with the decision)")
+    gate.check_forced(force, reason)
     if not v.allowed and not force:
         raise GateRefused(v.message)
     why = reason or v.message

@@ -105,6 +105,15 @@ def test_a_bad_date_names_the_argument(capsys):
         build_parser().parse_args(["land", "--ds", "20-11-2026"])
     err = capsys.readouterr().err
     assert "--ds" in err and "YYYY-MM-DD" in err
+    with pytest.raises(SystemExit):  # the windows reach the days around it: 9999-12-31 overflowed in the join
+        build_parser().parse_args(["batch", "--ds", "9999-12-31"])
+    assert "give a day from 1900-01-01 to 9998-12-31" in capsys.readouterr().err
+
+
+def test_a_forced_promotion_without_a_reason_is_refused_before_spark_starts(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["gate", "promote", "--force"])
+    assert exc.value.code == 2 and "--force needs --reason TEXT" in capsys.readouterr().err
 
 
 def test_a_bad_slice_length_is_refused(capsys):
