@@ -141,7 +141,7 @@ def chaos_run(
     broker=None,
     broker_bounce_after: int | None = None,
     stops_at: tuple[int, ...] = (),
-    trigger_interval: str = "1 second",
+    trigger_interval: str = "1s",
     stall_after_s: float = 240,
     step_timeout_s: float = 360,
     finish_timeout_s: float = 300,

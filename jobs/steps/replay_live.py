@@ -242,7 +242,7 @@ def run_paced(
                         spec,
                         bootstrap=bootstrap,
                         s=s,
-                        trigger_interval="0 seconds",
+                        trigger_interval="0",  # no wait between micro-batches
                         quarantine=False,
                         on_batch=on_batch,
                         clock=lambda: now[0],
