@@ -32,25 +32,23 @@ def date_arg(value: str) -> date:
     return d
 
 
-def positive_int_arg(value: str) -> int:
+def _positive(value: str, number: type[int] | type[float], what: str) -> Any:
     try:
-        n = int(value)
+        x = number(value)
     except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
-    return n
+        x = 0
+    if not x > 0 or math.isinf(x):  # also nan, which argparse's float let through, as it did -1
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive {what}")
+    return x
+
+
+def positive_int_arg(value: str) -> int:
+    return int(_positive(value, int, "whole number"))
 
 
 def positive_float_arg(value: str) -> float:
-    """Seconds and the like: a number above zero (argparse's ``float`` let ``-1`` and ``nan`` through)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not x > 0 or math.isinf(x):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number")
-    return x
+    """Seconds and the like: a number above zero."""
+    return float(_positive(value, float, "number"))
 
 
 def interval_arg(value: str) -> str:
