@@ -11,6 +11,7 @@ like ``-4h30m``; a bare ``0`` is allowed::
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
@@ -50,14 +51,13 @@ def candidate_grid(lowers: Iterable[object], uppers: Iterable[object]) -> list[t
     up = sorted({_seconds(v, "upper") for v in uppers})
     if not lo or not up:
         raise GridError("a grid needs at least one lower and one upper bound")
-    if len(lo) * len(up) > 4 * MAX_CANDIDATES:  # most pairs would be windows: refuse before building them
+    windows = sum(len(up) - bisect_left(up, a) for a in lo)  # counted before a pair is built
+    if windows > MAX_CANDIDATES:
         raise GridError(
-            f"{len(lo):,} lower x {len(up):,} upper bounds; a sweep takes at most {MAX_CANDIDATES:,} candidates: "
-            "use coarser steps"
+            f"{len(lo):,} lower x {len(up):,} upper bounds make {windows:,} candidate windows; a sweep takes at "
+            f"most {MAX_CANDIDATES:,}: use coarser steps"
         )
     grid = [(a, b) for a in lo for b in up if a <= b]
-    if len(grid) > MAX_CANDIDATES:
-        raise GridError(f"{len(grid):,} candidate windows; a sweep takes at most {MAX_CANDIDATES:,}: use coarser steps")
     if not grid:
         raise GridError(f"no candidate has lower <= upper (lowers {lo[0]}..{lo[-1]} s, uppers {up[0]}..{up[-1]} s)")
     return grid
