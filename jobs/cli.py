@@ -431,6 +431,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from jobs.storage.hold import CheckpointBusy
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
     from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
+    from jobs.storage.spark_gateway import SparkMasterUnavailable
 
     return (
         SpecError,
@@ -446,6 +447,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         RemoteFilesUnreachable,
         SessionKindConflict,
         ConnectUnavailable,
+        SparkMasterUnavailable,
     )
 
 

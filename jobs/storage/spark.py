@@ -25,11 +25,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.settings import Settings, SettingsError, settings
+from jobs.settings import Settings, settings
 from jobs.spec.streaming import StateStore
 from jobs.storage import fs
 from jobs.storage.checkpoints import STATE_STORE_PROVIDER, STATE_STORE_PROVIDERS
 from jobs.storage.scratch import driver_scratch, remove_own
+from jobs.storage.spark_gateway import answers, check_master, launch_quiet_gateway
 from jobs.storage.spark_log import log4j_config
 
 log = logging.getLogger("joinshift.spark")
@@ -305,15 +306,10 @@ class ConnectUnavailable(RuntimeError):
 
 def _reachable(remote: str, timeout: float = 2) -> bool:
     """Whether the host and port of an ``sc://`` URL accept a TCP connection."""
-    import socket
     from urllib.parse import urlsplit
 
     url = urlsplit(remote)
-    try:
-        socket.create_connection((url.hostname or "localhost", url.port or 15002), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
+    return answers(url.hostname or "localhost", url.port or 15002, timeout)
 
 
 def get_spark(
@@ -358,7 +354,8 @@ def get_spark(
     atexit.register(remove_own)  # after _stop (atexit runs the last registered first)
     for k, v in conf.items():
         builder = builder.config(k, v)
-    _launch_quiet_gateway(builder._options)
+    check_master(s.spark_master)
+    launch_quiet_gateway(builder._options)
     spark = builder.getOrCreate()
     atexit.register(_stop, spark)
     spark.sparkContext.setLogLevel(os.environ.get("JOINSHIFT_SPARK_LOG_LEVEL", "WARN"))
@@ -414,61 +411,6 @@ def _apply_hadoop_conf(spark: SparkSession, s: Settings) -> None:
     for k, v in s.spark_conf.items():
         if k.startswith("spark.hadoop."):
             conf.set(k.removeprefix("spark.hadoop."), v)
-
-
-#: What the driver JVM prints that says nothing to act on: Spark 4 adds
-#: ``--add-modules=jdk.incubator.vector`` to every JVM it launches (SPARK-48021), and the JVM
-#: announces incubator modules on stderr; the Python process that plans a
-#: ``transformWithState`` query (the paced engine) prints its every step, each line followed
-#: by an empty one. Every other line of the JVM's stderr passes through.
-_HARMLESS_JVM_LINES = (
-    b"WARNING: Using incubator modules",
-    b"Starting Streaming TransformWithStateInPandas Python worker",
-    b"Streaming TransformWithStateInPandas Python worker",
-)
-
-
-def _launch_quiet_gateway(options: dict[str, str]) -> None:
-    """Start the driver JVM (py4j gateway) as pyspark would, its stderr forwarded line by line
-    less :data:`_HARMLESS_JVM_LINES`, so a run that succeeds prints nothing."""
-    import subprocess
-    import threading
-    from typing import IO
-
-    from pyspark import SparkConf, SparkContext
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.java_gateway import launch_gateway
-
-    if SparkContext._gateway is not None:  # a JVM is up already (this process started it)
-        return
-    conf = SparkConf(loadDefaults=False)
-    for k, v in options.items():
-        conf.set(k, str(v))
-    try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
-    except PySparkRuntimeError as exc:
-        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
-            raise
-        # the JVM refused its options before it could say more than that it exited
-        raise SettingsError(
-            f"the Spark driver's JVM exited as it started: check spark_master ({options.get('spark.master', 'unset')}),"
-            " its options (spark_driver_java_options, spark_conf's spark.driver.*), spark_driver_memory "
-            f"({options.get('spark.driver.memory', 'unset')}) and JAVA_HOME"
-        ) from None
-    proc = getattr(gateway, "proc", None)  # None when pyspark joined a JVM spark-submit started
-    err = proc.stderr if proc is not None else None
-
-    def forward(err: IO[bytes]) -> None:
-        out = getattr(sys.stderr, "buffer", None)
-        for line in iter(err.readline, b""):
-            if out is not None and line.strip() and not line.startswith(_HARMLESS_JVM_LINES):
-                with contextlib.suppress(Exception):
-                    out.write(line)
-                    out.flush()
-
-    if err is not None:
-        threading.Thread(target=forward, args=(err,), name="jvm-stderr", daemon=True).start()
-    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 def release_state_stores(spark: SparkSession) -> None:

@@ -77,6 +77,18 @@ def test_configuration_errors_are_one_line_in_a_fresh_process(tmp_path):
     assert res.stderr.strip().startswith("joinshift batch: the Spark driver's JVM exited as it started"), res.stderr
     assert "spark_driver_java_options" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "check spark_master (local[*])" in res.stderr, res.stderr
+    assert "(Invalid thread stack size: -Xss1zz)" in res.stderr, res.stderr  # the JVM's own reason, quoted
+    # a heap the machine cannot reserve: the JVM says so on stdout, which came before the line
+    res = run({**empty, "JOINSHIFT_SPARK_DRIVER_MEMORY": "999999g"}, "batch", "--ds", "2026-11-20")
+    assert res.returncode == 2 and "Could not reserve enough space" in res.stderr, res.stderr
+    assert not res.stdout.strip() and len(res.stderr.strip().splitlines()) == 1, (res.stdout, res.stderr)
+    # a standalone master that is not there: Spark's driver retried for a minute, then a traceback
+    res = run({**empty, "JOINSHIFT_SPARK_MASTER": "spark://127.0.0.1:1"}, "batch", "--ds", "2026-11-20")
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip() == (
+        "joinshift batch: no Spark master answers at spark://127.0.0.1:1 (spark_master): start the cluster, "
+        "or set JOINSHIFT_SPARK_MASTER to one that runs (local[*] runs Spark in this process)"
+    ), res.stderr
 
 
 def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, kafka, cli_spec, capsys):

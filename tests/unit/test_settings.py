@@ -138,3 +138,29 @@ def test_a_settings_value_of_the_wrong_kind_or_an_empty_folder_is_refused_in_one
     monkeypatch.delenv("JOINSHIFT_CONFIG")
     with pytest.raises(SettingsError, match="^storage_root is empty in JOINSHIFT_STORAGE_ROOT: give a value"):
         load_settings({"JOINSHIFT_STORAGE_ROOT": ""})
+
+
+def test_a_standalone_master_is_reached_at_any_of_its_addresses_and_other_masters_are_sparks():
+    import socket
+
+    import pytest
+
+    from jobs.settings import SettingsError
+    from jobs.storage.spark_gateway import SparkMasterUnavailable, _reason, check_master
+
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        check_master(f"spark://127.0.0.1:1,127.0.0.1:{port}")  # a standby that is down is fine
+    with pytest.raises(SparkMasterUnavailable, match=r"no Spark master answers at spark://127\.0\.0\.1:1 "):
+        check_master("spark://127.0.0.1:1", timeout=1)
+    with pytest.raises(SettingsError, match=r"write spark://host:port"):
+        check_master("spark://nohost")
+    for master in ("local[2]", "yarn", "k8s://https://127.0.0.1:1"):
+        check_master(master)  # not reached here: Spark's own
+    # the JVM's reason is the line that is not its "Error:" framing
+    said = ["Error occurred during initialization of VM", "Could not reserve enough space for 1KB object heap"]
+    assert _reason(said) == "Could not reserve enough space for 1KB object heap"
+    assert _reason(["Unrecognized VM option 'Bogus'", "Error: Could not create the Java Virtual Machine."]) == (
+        "Unrecognized VM option 'Bogus'"
+    )
+    assert _reason(["Error: A fatal exception has occurred. Program will exit."]) == ""
