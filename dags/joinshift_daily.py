@@ -16,11 +16,14 @@ from datetime import timedelta
 
 import pendulum
 from airflow.sdk import Asset, Param, dag, task
+from airflow.timetables.interval import CronDataIntervalTimetable
 
 
 @dag(
     dag_id="joinshift_daily",
-    schedule="@daily",
+    # the day's interval, run once it has ended: ds is the day that ended (Airflow 3's "@daily"
+    # runs at the day's start with that day as its logical date, so ds would be a day barely begun)
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

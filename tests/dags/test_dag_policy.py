@@ -59,3 +59,19 @@ def test_parsing_makes_no_connections(monkeypatch, airflow_db):
     monkeypatch.setattr(BaseHook, "get_connection", forbidden)
     bag = DagBag(dag_folder=str(DAG_FILES[0].parent))
     assert bag.import_errors == {}
+
+
+def test_the_daily_run_at_midnight_lands_the_day_that_ended(dagbag):
+    """Airflow 3's "@daily" is a trigger at the day's start whose logical date is that day: the
+    run at 2026-11-21T00:00 had ds 2026-11-21 and landed the minutes that had arrived of it."""
+    import pendulum
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    dag = dagbag.get_dag("joinshift_daily")
+    day = pendulum.datetime(2026, 11, 19, tz="UTC")
+    run = dag.timetable.next_dagrun_info(
+        last_automated_data_interval=DataInterval(day, day.add(days=1)),
+        restriction=TimeRestriction(earliest=dag.start_date, latest=None, catchup=True),
+    )
+    assert run.run_after == pendulum.datetime(2026, 11, 21, tz="UTC")
+    assert run.logical_date.date().isoformat() == "2026-11-20"  # the run's ds
