@@ -19,6 +19,9 @@ import pendulum
 from airflow.sdk import Param, PokeReturnValue, dag, task
 
 log = logging.getLogger("joinshift.alerts")
+#: The longest watch a run may ask for: the sensor times out a minute after it (a timeout is a
+#: failure, and the failure callback would raise a false alert on a healthy stream).
+WATCH_MAX_MINUTES = 11
 
 
 def alert_on_failure(context) -> None:
@@ -38,12 +41,14 @@ def alert_on_failure(context) -> None:
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": alert_on_failure},
     params={
         "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
-        "watch_minutes": Param(9, type="number", minimum=0, description="how long this run watches"),
+        "watch_minutes": Param(
+            9, type="number", minimum=0, maximum=WATCH_MAX_MINUTES, description="how long this run watches"
+        ),
     },
     doc_md=__doc__,
 )
 def joinshift_supervise():
-    @task.sensor(poke_interval=10, timeout=timedelta(minutes=12), mode="poke")
+    @task.sensor(poke_interval=10, timeout=timedelta(minutes=WATCH_MAX_MINUTES + 1), mode="poke")
     def supervise_stream(params=None, run_id=None) -> PokeReturnValue:
         """Each poke: adopt (pid file) or start the stream process, check it, restart on exit/stall."""
         from jobs import airflow_tasks

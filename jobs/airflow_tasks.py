@@ -12,11 +12,14 @@ days, which schedules ``joinshift_report`` for them.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
-from datetime import UTC, date, timedelta
+from datetime import UTC, date
+from typing import Any, TypeVar
 
+from jobs.commands.common import UserError, check_slice_minutes, day_span, parse_day
 from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
 
 log = logging.getLogger("joinshift.airflow_tasks")
@@ -24,6 +27,29 @@ log = logging.getLogger("joinshift.airflow_tasks")
 #: The ``extra`` key of a simulation's per-slice log records: (slices done, slices total, slice end
 #: epoch ms). A progress display attaches a logging handler to this module's logger to follow it.
 SLICE_PROGRESS = "joinshift_slice"
+
+
+Task = TypeVar("Task", bound=Callable[..., Any])
+
+
+def _fails_fast(task: Task) -> Task:
+    """A task whose spec, settings or parameters are wrong fails at once, with the one line that
+    says what to fix (the CLI's) first in its log: a retry in 5-10 minutes would fail the same way.
+    Everything else (a broker or a master down, an input not landed yet) keeps Airflow's retries."""
+    from jobs.accuracy.grid import GridError
+    from jobs.settings import SettingsError
+    from jobs.spec import SpecError
+
+    @functools.wraps(task)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return task(*args, **kwargs)
+        except (UserError, SpecError, SettingsError, GridError) as exc:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(str(exc)) from None
+
+    return run  # type: ignore[return-value]
 
 
 def _utc(ms: int) -> str:
@@ -51,6 +77,7 @@ def _ds(ds: str | date) -> date:
     return ds if isinstance(ds, date) else date.fromisoformat(ds)
 
 
+@_fails_fast
 def land(spec: str, ds: str, side: str) -> dict:
     from jobs.steps.landing import land_ds
 
@@ -59,6 +86,7 @@ def land(spec: str, ds: str, side: str) -> dict:
     return result
 
 
+@_fails_fast
 def batch(spec: str, ds: str, variant: str) -> dict:
     """Run one daily variant for the left ds that the landing of ``ds`` completes (``ds`` itself,
     or for ``batch_1d_2d`` and ``reference`` the day(s) before, as far as the window reaches)."""
@@ -80,6 +108,7 @@ def batch(spec: str, ds: str, variant: str) -> dict:
     return {"variant": variant, "ds": str(target), "rows": run_variant(spark, join_spec, variant, target)}
 
 
+@_fails_fast
 def stream_increment(spec: str) -> dict:
     from jobs.steps.stream import run_increment
     from jobs.storage.kafka import bootstrap_servers
@@ -87,6 +116,7 @@ def stream_increment(spec: str) -> dict:
     return run_increment(_spark(classic=True), _spec(spec), bootstrap=bootstrap_servers())
 
 
+@_fails_fast
 def inputs_ready(spec: str, ds: str) -> bool:
     """Compare for ds may run once every batch variant for ds exists and the stream is done with
     the day: its watermark passed ds's end plus the window's upper bound, or it has read all
@@ -110,6 +140,7 @@ def inputs_ready(spec: str, ds: str) -> bool:
     return lag == 0
 
 
+@_fails_fast
 def compare(spec: str, ds: str) -> list[dict]:
     from jobs.accuracy.compare import compare_ds
 
@@ -117,6 +148,7 @@ def compare(spec: str, ds: str) -> list[dict]:
     return [{k: (str(v) if isinstance(v, date) else v) for k, v in r.items()} for r in rows]
 
 
+@_fails_fast
 def pending_compare_days(spec: str) -> list[str]:
     """Landed left days with no complete match metrics yet (what an asset-triggered compare does)."""
     from pyspark.sql import functions as F
@@ -140,6 +172,7 @@ def pending_compare_days(spec: str) -> list[str]:
     return [str(d) for d in landed_days(spark, tables, "left") if d not in done]
 
 
+@_fails_fast
 def compare_ready(spec: str, ds: str | None) -> list[str]:
     """Compare ``ds``, or (no ds: an asset-triggered run) every pending day, when its inputs are
     complete; returns the days compared (the report's days)."""
@@ -173,6 +206,7 @@ def _log_slice(done: int, total: int, end_ms: int) -> None:
     )
 
 
+@_fails_fast
 def publish_workload(spec: str, workload: str) -> dict:
     """Generate the workload and publish it into the spec's topics at once, as history."""
     from jobs.steps.simulate import arrival_days, publish_history
@@ -186,11 +220,13 @@ def publish_workload(spec: str, workload: str) -> dict:
     return {"published": published, "days": [str(d) for d in arrival_days(join_spec, wl.records)]}
 
 
+@_fails_fast
 def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> dict:
     """Replay the spec's topics as live over ``days`` (empty: every day they hold)."""
     from jobs.steps.replay_live import replay_as_live as run
     from jobs.storage.kafka import bootstrap_servers
 
+    check_slice_minutes(slice_minutes, "slice_minutes")
     result = run(
         _spark(classic=True),
         _spec(spec),
@@ -202,12 +238,15 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
     return result.as_dict()
 
 
+@_fails_fast
 def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     """Generate the workload, publish it as history, replay it as live (one call)."""
+    check_slice_minutes(slice_minutes, "slice_minutes")
     days = publish_workload(spec, workload)["days"]
     return replay_as_live(spec, days, slice_minutes)
 
 
+@_fails_fast
 def quality_gates(spec: str, ds: str) -> list[dict]:
     """Run the Great Expectations suites for ds, record them, fail the task if any gate failed."""
     from jobs.quality.gates import assert_gates, run_gates, write_gate_results
@@ -219,6 +258,7 @@ def quality_gates(spec: str, ds: str) -> list[dict]:
     return [r.to_dict() if hasattr(r, "to_dict") else r.__dict__ for r in results]
 
 
+@_fails_fast
 def report(spec: str, ds: str) -> dict:
     """Build and publish the day's accuracy report (and the window recommendation)."""
     from jobs.report.assemble import publish
@@ -227,6 +267,7 @@ def report(spec: str, ds: str) -> dict:
     return {"html": str(files.html), "status": files.status, "unavailable": list(files.unavailable)}
 
 
+@_fails_fast
 def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
     """One poke of the supervision sensor: adopt or start the continuous stream process, check
     it, restart it on exit or stall (backoff kept across pokes). Raises (so Airflow's failure
@@ -247,6 +288,7 @@ def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
     }
 
 
+@_fails_fast
 def load_health(spec: str) -> dict:
     """Copy the supervisor's health samples and the join's per-micro-batch progress into the
     `stream_health` and `stream_progress` Delta tables (idempotent)."""
@@ -262,9 +304,13 @@ def load_health(spec: str) -> dict:
 def _cutover(cutover: str):
     from jobs.operate.replay import parse_cutover
 
-    return parse_cutover(cutover)
+    try:
+        return parse_cutover(cutover)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
+@_fails_fast
 def replay_plan(spec: str, cutover: str) -> dict:
     """Where each stream's replay starts; fails naming the gap when Kafka no longer retains it."""
     from jobs.operate.replay import plan_replay
@@ -273,6 +319,7 @@ def replay_plan(spec: str, cutover: str) -> dict:
     return asdict(plan_replay(_spec(spec), _cutover(cutover), bootstrap_servers()))
 
 
+@_fails_fast
 def replay(spec: str, cutover: str) -> dict:
     """Rebuild the window into a fresh checkpoint (the old one kept) and own the output from cutover."""
     from jobs.operate.replay import replay as run
@@ -281,6 +328,7 @@ def replay(spec: str, cutover: str) -> dict:
     return asdict(run(_spark(classic=True), _spec(spec), _cutover(cutover), bootstrap=bootstrap_servers()))
 
 
+@_fails_fast
 def gate_evaluate(spec: str, days: list[str]) -> list[dict]:
     """The cut-over gate's SLO for each day, recorded in ``gate_evidence``; one summary per day
     (whether it met the SLO, and if not why), and the stage and days met after it."""
@@ -296,9 +344,15 @@ def gate_evaluate(spec: str, days: list[str]) -> list[dict]:
     return out
 
 
+@_fails_fast
 def days_between(from_ds: str | None, to_ds: str | None) -> list[str]:
-    """Every day from ``from_ds`` to ``to_ds`` (default: ``from_ds``); [] without ``from_ds``."""
-    if not from_ds:
-        return []
-    first, last = _ds(from_ds), _ds(to_ds or from_ds)
-    return [str(first + timedelta(days=i)) for i in range((last - first).days + 1)]
+    """Every day from ``from_ds`` to ``to_ds`` (default: ``from_ds``); [] without either (every
+    day held); by the CLI's rules for ``--from`` and ``--to``, named as the DAG's params."""
+
+    def day(value: str | None, name: str) -> date | None:
+        try:
+            return parse_day(value) if value else None
+        except ValueError as exc:
+            raise UserError(f"{name} {exc}") from None
+
+    return [str(d) for d in day_span(day(from_ds, "from_ds"), day(to_ds, "to_ds"), ("from_ds", "to_ds"))]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import commands
-from jobs.commands.common import date_arg, interval_arg, positive_float_arg, positive_int_arg
+from jobs.commands.common import date_arg, interval_arg, positive_float_arg, positive_int_arg, user_errors
 from jobs.settings import settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
@@ -418,39 +418,6 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)  # a down broker's refusals are expected
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that are the user's to fix: printed as one line, never a traceback."""
-    from jobs.accuracy.grid import GridError
-    from jobs.settings import SettingsError
-    from jobs.spec import SpecError
-    from jobs.steps.importing import ImportRefused
-    from jobs.steps.replay_live import ReplayRefused
-    from jobs.storage.checkpoints import CheckpointError
-    from jobs.storage.delta_io import MissingInput
-    from jobs.storage.fs import RemoteFilesUnreachable
-    from jobs.storage.hold import CheckpointBusy
-    from jobs.storage.kafka import KafkaUnavailable, RetentionGap
-    from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
-    from jobs.storage.spark_gateway import SparkMasterUnavailable
-
-    return (
-        SpecError,
-        SettingsError,
-        MissingInput,
-        KafkaUnavailable,
-        RetentionGap,
-        CheckpointError,
-        GridError,
-        ReplayRefused,
-        ImportRefused,
-        CheckpointBusy,
-        RemoteFilesUnreachable,
-        SessionKindConflict,
-        ConnectUnavailable,
-        SparkMasterUnavailable,
-    )
-
-
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The sub-parser that parsed ``args``' command (and gate action)."""
     for dest in ("command", "gate_action"):
@@ -484,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except commands.UserError as exc:
         message, code = str(exc), exc.code
-    except _user_errors() as exc:
+    except user_errors() as exc:
         message = str(exc) or type(exc).__name__
         code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError", "SettingsError") else 1
     except KeyboardInterrupt:  # Ctrl-C: Spark's jobs are cancelled (pyspark's handler); no traceback

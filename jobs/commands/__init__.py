@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from jobs.commands.common import (
     _print_json,
     _spark,
     _stop_on_signals,
+    check_slice_minutes,
+    day_span,
 )
 from jobs.commands.operate import (
     cmd_checkpoint,
@@ -187,9 +189,7 @@ def _slice_minutes(flag: str, text: str) -> float:
         minutes = duration_seconds(text) / 60
     except ValueError as e:
         raise UserError(f"{flag} {text!r}: {e}", EXIT_USAGE) from None
-    if not 0 < minutes <= 1440:
-        raise UserError(f"{flag} {text}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
-    return minutes
+    return check_slice_minutes(minutes, flag, text)
 
 
 def cmd_replay_as_live(args: argparse.Namespace) -> int:
@@ -202,10 +202,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     from jobs.steps.replay_live import replay_as_live
 
     slice_minutes = _slice_minutes("--slice", args.slice)
-    if args.to and not args.from_ds:
-        raise UserError("--to needs --from (the first arrival day)", EXIT_USAGE)
-    if args.from_ds and args.to and args.to < args.from_ds:
-        raise UserError(f"--to ({args.to}) is before --from ({args.from_ds})", EXIT_USAGE)
+    days = day_span(args.from_ds, args.to)
     source = _load_spec(args.spec)
     spec = source
     if args.as_pipeline:
@@ -213,10 +210,6 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
             spec = source.model_copy(update={"pipeline": pipeline_name(args.as_pipeline)})
         except ValueError as exc:
             raise UserError(f"--as {args.as_pipeline!r}: {exc}", EXIT_USAGE) from None
-    days = None
-    if args.from_ds:
-        last = args.to or args.from_ds
-        days = [args.from_ds + timedelta(days=i) for i in range((last - args.from_ds).days + 1)]
     bootstrap = _bootstrap()  # before the trial clears the pipeline's checkpoint and output
     spark = _spark("replay-as-live", classic=True)
     with Progress(
@@ -237,7 +230,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
                 spark,
                 spec,
                 bootstrap=bootstrap,
-                days=days,
+                days=days or None,
                 source=source,
                 slice_minutes=slice_minutes,
                 on_slice=on_slice,

@@ -22,14 +22,50 @@ EXIT_USAGE = 2
 # -- argument types: a bad value is argparse's one line, with the command's usage
 
 
-def date_arg(value: str) -> date:
+# -- the rules for what a person gives a command or a DAG run (the CLI's flags, a DAG's params)
+
+
+def parse_day(value: str) -> date:
+    """A ds as a person writes it; ValueError naming what to write."""
     try:
         d = date.fromisoformat(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a date; use YYYY-MM-DD") from None
+        raise ValueError(f"{value!r} is not a date; use YYYY-MM-DD") from None
     if not date(1900, 1, 1) <= d <= date(9998, 12, 31):  # the windows reach days around it: year 9999 overflows
-        raise argparse.ArgumentTypeError(f"{value!r}: give a day from 1900-01-01 to 9998-12-31")
+        raise ValueError(f"{value!r}: give a day from 1900-01-01 to 9998-12-31")
     return d
+
+
+def day_span(first: date | None, last: date | None, names: tuple[str, str] = ("--from", "--to")) -> list[date]:
+    """The days from ``first`` to ``last`` (default: ``first``); [] with neither: every day held.
+    A last day without a first, or before it, is a UserError naming the two (``names``)."""
+    if last and not first:
+        raise UserError(f"{names[1]} needs {names[0]} (the first arrival day)", EXIT_USAGE)
+    if not first:
+        return []
+    last = last or first
+    if last < first:
+        raise UserError(f"{names[1]} ({last}) is before {names[0]} ({first})", EXIT_USAGE)
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+#: A replay's slice of record time: a positive duration up to a day.
+MAX_SLICE_MINUTES = 1440
+
+
+def check_slice_minutes(minutes: float, name: str, written: object = None) -> float:
+    """``minutes`` when it is a replay slice (:data:`MAX_SLICE_MINUTES`); else a UserError naming ``name``."""
+    if not 0 < minutes <= MAX_SLICE_MINUTES:
+        shown = minutes if written is None else written
+        raise UserError(f"{name} {shown}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
+    return minutes
+
+
+def date_arg(value: str) -> date:
+    try:
+        return parse_day(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(value: str, number: type[int] | type[float], what: str) -> Any:
@@ -72,11 +108,42 @@ class UserError(Exception):
         self.code = code
 
 
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix (besides :class:`UserError`): one line, never a traceback,
+    in the CLI and in an Airflow task's log alike."""
+    from jobs.accuracy.grid import GridError
+    from jobs.settings import SettingsError
+    from jobs.spec import SpecError
+    from jobs.steps.importing import ImportRefused
+    from jobs.steps.replay_live import ReplayRefused
+    from jobs.storage.checkpoints import CheckpointError
+    from jobs.storage.delta_io import MissingInput
+    from jobs.storage.fs import RemoteFilesUnreachable
+    from jobs.storage.hold import CheckpointBusy
+    from jobs.storage.kafka import KafkaUnavailable, RetentionGap
+    from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
+    from jobs.storage.spark_gateway import SparkMasterUnavailable
+
+    return (
+        SpecError,
+        SettingsError,
+        MissingInput,
+        KafkaUnavailable,
+        RetentionGap,
+        CheckpointError,
+        GridError,
+        ReplayRefused,
+        ImportRefused,
+        CheckpointBusy,
+        RemoteFilesUnreachable,
+        SessionKindConflict,
+        ConnectUnavailable,
+        SparkMasterUnavailable,
+    )
+
+
 def _ds_range(args: argparse.Namespace) -> list[date]:
-    if args.to and args.to < args.ds:
-        raise UserError(f"--to ({args.to}) is before --ds ({args.ds})", EXIT_USAGE)
-    end = args.to or args.ds
-    return [args.ds + timedelta(days=i) for i in range((end - args.ds).days + 1)]
+    return day_span(args.ds, args.to, ("--ds", "--to"))
 
 
 def _load_spec(path: str) -> Any:

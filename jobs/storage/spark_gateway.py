@@ -74,7 +74,8 @@ def launch_quiet_gateway(options: dict[str, str]) -> None:
     try:
         gateway = launch_gateway(conf, popen_kwargs={"stdout": out_w, "stderr": err_w})
     except PySparkRuntimeError as exc:
-        os.close(out_w), os.close(err_w)
+        os.close(out_w)
+        os.close(err_w)
         said = _reason(_drain(out_r) + _drain(err_r))
         if exc.getCondition() != "JAVA_GATEWAY_EXITED":
             raise
@@ -83,7 +84,8 @@ def launch_quiet_gateway(options: dict[str, str]) -> None:
             f"({options.get('spark.master', 'unset')}), its options (spark_driver_java_options, spark_conf's "
             f"spark.driver.*), spark_driver_memory ({options.get('spark.driver.memory', 'unset')}) and JAVA_HOME"
         ) from None
-    os.close(out_w), os.close(err_w)
+    os.close(out_w)
+    os.close(err_w)
     for fd, stream, name in ((out_r, sys.stdout, "jvm-stdout"), (err_r, sys.stderr, "jvm-stderr")):
         threading.Thread(target=_forward, args=(os.fdopen(fd, "rb"), stream), name=name, daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
