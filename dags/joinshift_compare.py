@@ -5,8 +5,9 @@ Scheduled by the `joinshift_batch_outputs` and `joinshift_stream_output` assets 
 or a stream increment finished): for every landed ds whose batch baselines all exist (including
 `batch_1d_2d`, which needs the next day landed) and that the stream is done with, write one
 metrics row per variant: left events, matched left, match rate, and the window-boundary delta
-percentiles. Updates `joinshift_match_metrics` with the days compared. A manual run with a
-logical date compares that ds.
+percentiles, for each pipeline (spec) the triggering events name. Updates
+`joinshift_match_metrics` with the [spec, ds] compared. A manual run with a logical date compares
+that ds of its `spec`.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from airflow.sdk import Asset, Param, dag, task
 )
 def joinshift_compare():
     @task(outlets=[Asset("joinshift_match_metrics")])
-    def compare(params=None, ds=None, *, outlet_events=None) -> list[str]:
-        """Match rates of the four variants and boundary deltas, to the metrics table."""
+    def compare(params=None, ds=None, *, triggering_asset_events=None, outlet_events=None) -> list[list[str]]:
+        """Match rates of the four variants and boundary deltas, to the metrics table, for the
+        pipelines whose outputs changed; the [spec, ds] compared go on to the gate and report."""
         from jobs import airflow_tasks
 
-        days = airflow_tasks.compare_ready(params["spec"], ds)
-        outlet_events[Asset("joinshift_match_metrics")].extra = {"days": days}
-        return days
+        runs = airflow_tasks.compare_runs(params["spec"], ds, triggering_asset_events)
+        outlet_events[Asset("joinshift_match_metrics")].extra = {"runs": runs}
+        return runs
 
     compare()
 

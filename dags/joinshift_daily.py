@@ -41,10 +41,11 @@ def joinshift_daily():
         return airflow_tasks.land(params["spec"], ds, side)
 
     @task(outlets=[Asset("joinshift_batch_outputs")])
-    def batch_join(variant: str, params=None, ds=None) -> dict:
+    def batch_join(variant: str, params=None, ds=None, *, outlet_events=None) -> dict:
         """One batch baseline (or the reference), idempotent per ds partition; updates `joinshift_batch_outputs`."""
         from jobs import airflow_tasks
 
+        outlet_events[Asset("joinshift_batch_outputs")].extra = {"spec": params["spec"]}  # compare's pipeline
         return airflow_tasks.batch(params["spec"], ds, variant)
 
     landed = [land.override(task_id=f"land_{side}")(side) for side in ("left", "right")]

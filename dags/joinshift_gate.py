@@ -30,18 +30,18 @@ from airflow.sdk import Asset, Param, dag, task
 )
 def joinshift_gate():
     @task
-    def days_to_evaluate(ds=None, *, triggering_asset_events=None) -> list[str]:
-        """The run's ds, or the days compare named in the asset events that triggered it."""
+    def days_to_evaluate(params=None, ds=None, *, triggering_asset_events=None) -> list[list[str]]:
+        """The run's ds of its spec, or the [spec, ds] compare named in the triggering asset events."""
         from jobs import airflow_tasks
 
-        return [ds] if ds else airflow_tasks.days_of_events(triggering_asset_events)
+        return airflow_tasks.runs_to_do(params["spec"], ds, triggering_asset_events)
 
     @task
-    def evaluate(days: list[str], params=None) -> list[dict]:
+    def evaluate(runs: list[list[str]]) -> list[dict]:
         """Each day's SLO checks, recorded as evidence; the stage and days met in the log."""
         from jobs import airflow_tasks
 
-        return airflow_tasks.gate_evaluate(params["spec"], days)
+        return airflow_tasks.gate_evaluate_runs(runs)
 
     evaluate(days_to_evaluate())
 

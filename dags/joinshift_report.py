@@ -31,25 +31,25 @@ from airflow.sdk import Asset, Param, dag, task
 )
 def joinshift_report():
     @task
-    def days_to_report(ds=None, *, triggering_asset_events=None) -> list[str]:
-        """The run's ds, or the days compare named in the asset events that triggered it."""
+    def days_to_report(params=None, ds=None, *, triggering_asset_events=None) -> list[list[str]]:
+        """The run's ds of its spec, or the [spec, ds] compare named in the triggering asset events."""
         from jobs import airflow_tasks
 
-        return [ds] if ds else airflow_tasks.days_of_events(triggering_asset_events)
+        return airflow_tasks.runs_to_do(params["spec"], ds, triggering_asset_events)
 
     @task(retries=0)
-    def quality_gates(days: list[str], params=None) -> list[dict]:
+    def quality_gates(runs: list[list[str]]) -> list[dict]:
         """Great Expectations suites; fails (without retrying) when a gate fails."""
         from jobs import airflow_tasks
 
-        return [r for day in days for r in airflow_tasks.quality_gates(params["spec"], day)]
+        return [r for spec, day in runs for r in airflow_tasks.quality_gates(spec, day)]
 
     @task(trigger_rule="all_done")
-    def accuracy_report(days: list[str], params=None) -> list[dict]:
+    def accuracy_report(runs: list[list[str]]) -> list[dict]:
         """The HTML + PNG + JSON report, and the window recommendation."""
         from jobs import airflow_tasks
 
-        return [airflow_tasks.report(params["spec"], day) for day in days]
+        return [airflow_tasks.report(spec, day) for spec, day in runs]
 
     days = days_to_report()
     quality_gates(days) >> accuracy_report(days)

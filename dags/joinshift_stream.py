@@ -28,10 +28,11 @@ from airflow.sdk import Asset, Param, dag, task
 )
 def joinshift_stream():
     @task(outlets=[Asset("joinshift_stream_output")])
-    def stream_increment(params=None) -> dict:
+    def stream_increment(params=None, *, outlet_events=None) -> dict:
         """Process everything available in Kafka, then stop (Spark `availableNow`)."""
         from jobs import airflow_tasks
 
+        outlet_events[Asset("joinshift_stream_output")].extra = {"spec": params["spec"]}  # compare's pipeline
         return airflow_tasks.stream_increment(params["spec"])
 
     stream_increment()

@@ -187,13 +187,34 @@ def compare_ready(spec: str, ds: str | None) -> list[str]:
     return compared
 
 
-def days_of_events(events: Mapping[object, Iterable[object]] | None) -> list[str]:
-    """The days named in the ``extra`` of the asset events that triggered a run (``{"days": [...]}``)."""
-    days: set[str] = set()
-    for evs in (events or {}).values():
-        for ev in evs:
-            days.update((getattr(ev, "extra", None) or {}).get("days", []))
-    return sorted(days)
+#: One day of one pipeline, as DAG runs pass it on: [spec path as the run was given it, ds].
+Run = list[str]
+
+
+def _extras(events: Mapping[object, Iterable[object]] | None) -> list[dict]:
+    return [getattr(ev, "extra", None) or {} for evs in (events or {}).values() for ev in evs]
+
+
+def compare_runs(spec: str, ds: str | None, events: Mapping[object, Iterable[object]] | None = None) -> list[Run]:
+    """What ``joinshift_compare`` compares: ``ds`` of the run's spec (a run for a day), else the
+    pending days of every spec the triggering asset events name (a batch join or a stream
+    increment of that pipeline; an event that names none: the run's own spec)."""
+    if ds:
+        return [[spec, day] for day in compare_ready(spec, ds)]
+    return [[each, day] for each in specs_of_events(spec, events) for day in compare_ready(each, None)]
+
+
+def specs_of_events(spec: str, events: Mapping[object, Iterable[object]] | None) -> list[str]:
+    """The specs the asset events name (``{"spec": ...}``); ``spec`` for an event naming none."""
+    return sorted({e.get("spec", spec) for e in _extras(events)} or {spec})
+
+
+def runs_to_do(spec: str, ds: str | None, events: Mapping[object, Iterable[object]] | None) -> list[Run]:
+    """The pipeline days a gate or report run works on: its ds with its spec, else those the
+    asset events that triggered it name (``{"runs": [[spec, ds], ...]}``, what compare wrote)."""
+    if ds:
+        return [[spec, str(ds)]]
+    return [list(run) for run in sorted({(run[0], run[1]) for e in _extras(events) for run in e.get("runs", [])})]
 
 
 def _log_slice(done: int, total: int, end_ms: int) -> None:
@@ -342,6 +363,14 @@ def gate_evaluate(spec: str, days: list[str]) -> list[dict]:
     st = gate_store.status(spark, join_spec).as_dict()
     log.info("cut-over gate %s: stage %s; %s", join_spec.pipeline, st["stage"], st["message"])
     return out
+
+
+def gate_evaluate_runs(runs: Iterable[Run]) -> list[dict]:
+    """:func:`gate_evaluate` for each pipeline's days in ``runs``."""
+    by_spec: dict[str, list[str]] = {}
+    for spec, day in runs:
+        by_spec.setdefault(spec, []).append(day)
+    return [row for spec, days in sorted(by_spec.items()) for row in gate_evaluate(spec, days)]
 
 
 @_fails_fast

@@ -322,3 +322,25 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
     assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1
     rec_file = Path(test_settings.path("recommendations", demo_spec.pipeline)) / f"{DAYS[-1]}.json"
     assert json.loads(rec_file.read_text())["window"] == rec["window"]
+
+
+def test_the_asset_events_name_the_pipeline_so_compare_gate_and_report_follow_it(demo_pipeline):
+    """The asset-triggered compare, gate and report ran the default spec whatever pipeline's
+    daily run triggered them: each event now names its spec, and compare's the [spec, ds] it did."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    from jobs import airflow_tasks
+    from jobs.spec import DEFAULT_SPEC
+
+    with create_session() as session:
+        rows = session.query(AssetModel.name, AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id).all()
+        events: dict[str, list] = {}
+        for name, event in rows:  # (the metadata DB is a copy of the project's: runs before the change name no spec)
+            if {"spec", "runs"} & set(event.extra or {}):
+                events.setdefault(name, []).append(event)
+        batch = {"joinshift_batch_outputs": events["joinshift_batch_outputs"]}
+        assert {e.extra["spec"] for e in batch["joinshift_batch_outputs"]} == {DEFAULT_SPEC}
+        assert airflow_tasks.specs_of_events("", batch) == [DEFAULT_SPEC]
+        metrics = {"joinshift_match_metrics": events["joinshift_match_metrics"]}
+        assert airflow_tasks.runs_to_do("", None, metrics) == [[DEFAULT_SPEC, str(d)] for d in DAYS]
