@@ -50,6 +50,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +505,10 @@ def _runbooks(data: dict) -> list[dict]:
         else:
             rel = path.removeprefix("./").removeprefix("include/runbooks/")
             if rel and all(_SAFE_NAME.match(p) for p in rel.split("/")) and rel.endswith(".md"):
-                item["href"] = "runbooks/" + _q(*rel.split("/"))
+                href = "runbooks/" + _q(*rel.split("/"))
+                if _SAFE_NAME.match(str(data.get("pipeline") or "")):  # filled with this pipeline's values
+                    href += "?pipeline=" + _q(str(data["pipeline"]))
+                item["href"] = href
                 item["exists"] = bool(rb_dir and (rb_dir / rel).is_file())
         out.append(item)
     return out
@@ -661,8 +665,8 @@ HEALTH_WAIT_S = 12.0
 _HEALTH_POOL = None
 
 
-def spec_for(pipeline: str) -> Any:
-    """The join spec of ``pipeline`` among the project's specs (``include/specs/*.yaml``), or None."""
+def project_spec(pipeline: str) -> tuple[Path, Any] | None:
+    """The file and join spec of ``pipeline`` among the project's specs (``include/specs/*.yaml``), or None."""
     from jobs.spec import load_spec
 
     for f in sorted((_project_root() / "include" / "specs").glob("*.y*ml")):
@@ -671,8 +675,35 @@ def spec_for(pipeline: str) -> Any:
         except Exception:  # a broken spec file is its owner's problem, not this page's
             continue
         if spec.pipeline == pipeline:
-            return spec
+            return f, spec
     return None
+
+
+def spec_for(pipeline: str) -> Any:
+    """The join spec of ``pipeline`` among the project's specs, or None."""
+    found = project_spec(pipeline)
+    return found[1] if found else None
+
+
+def runbook_text(target: Path, pipeline: str | None) -> str:
+    """A runbook's markdown, filled with ``pipeline``'s values (``joinshift runbook``'s text) when
+    a project spec names that pipeline; else as written, with a line saying how to fill it."""
+    from jobs.operate import runbooks
+
+    found = project_spec(pipeline) if pipeline else None
+    if found and target.parent == runbooks.RUNBOOKS.resolve():
+        try:
+            return runbooks.render(target.stem, str(found[0].relative_to(_project_root())))
+        except Exception as e:  # the raw text still helps
+            log.warning("joinshift UI: runbook %s for %s could not be filled", target.stem, pipeline, exc_info=True)
+            why = f"could not be filled with {pipeline}'s values ({type(e).__name__}: {e})"
+    else:
+        why = f"no spec under include/specs/ names pipeline {pipeline!r}" if pipeline else "no pipeline was named"
+    return (
+        f"> Shown as written ({why}): the names in braces are a pipeline's values. "
+        f"`joinshift runbook {target.stem} --spec <your spec>` prints it filled in.\n\n"
+        + target.read_text(encoding="utf-8", errors="replace")
+    )
 
 
 def stream_health(pipeline: str) -> dict | None:
@@ -788,7 +819,8 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
         dependencies=[Depends(require_user)],
     )
     app.state.reports_root = Path(reports_root) if reports_root is not None else None
-    app.add_exception_handler(HTTPException, _auth_error)  # type: ignore[arg-type]  # Starlette types handlers on Exception
+    # Starlette's class, FastAPI's subclasses it: a path no route has (Starlette's 404) gets the page too
+    app.add_exception_handler(StarletteHTTPException, _auth_error)  # type: ignore[arg-type]  # Starlette types handlers on Exception
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
@@ -807,7 +839,10 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
 
     @app.get("/reports/{rel:path}")
     def report_file(rel: str, request: Request) -> FileResponse:
-        root = _reports_root(request)
+        try:
+            root = _reports_root(request)
+        except Exception as e:  # settings unreadable: a 404 that says why, as the overview does
+            raise HTTPException(status_code=404, detail=f"The joinshift settings could not be read ({e})") from None
         if root is None:
             raise HTTPException(status_code=404, detail="No such file")
         target = safe_file(root, rel, SERVED_TYPES)
@@ -818,9 +853,9 @@ def create_app(reports_root: Path | str | None = None) -> FastAPI:
         )
 
     @app.get("/runbooks/{rel:path}", response_class=HTMLResponse)
-    def runbook(rel: str, request: Request) -> HTMLResponse:
+    def runbook(rel: str, request: Request, pipeline: str | None = None) -> HTMLResponse:
         target = safe_file(_project_root() / "include" / "runbooks", rel, {".md"})
-        body = _render_markdown(target.read_text(encoding="utf-8", errors="replace"))
+        body = _render_markdown(runbook_text(target, pipeline))
         html = _env().get_template("page.html.j2").render(title=target.stem, text=None, body=body, home=_home(request))
         return HTMLResponse(html, headers={"Content-Security-Policy": _CSP})
 

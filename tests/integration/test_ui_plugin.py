@@ -190,7 +190,7 @@ def test_overview_shows_each_pipeline(client, reports_root):
     # runbooks from the report
     for rb in data["runbooks"]:
         name = rb["path"].removeprefix("include/runbooks/")
-        assert f'href="runbooks/{name}"' in html and rb["title"] in html
+        assert f'href="runbooks/{name}?pipeline={PIPELINE}"' in html and rb["title"] in html
     assert "No accuracy reports yet" not in html
 
 
@@ -274,6 +274,23 @@ def test_safe_file_rejects_dot_dot_before_touching_the_disk(plugin, reports_root
     (reports_root / "notes.txt").write_text("not a report file")
     with pytest.raises(HTTPException):
         plugin.safe_file(reports_root, "notes.txt", plugin.SERVED_TYPES)
+
+
+def test_a_runbook_opened_from_a_pipeline_is_filled_with_its_values(client):
+    """The page served the runbook as written: `joinshift replay --spec {spec_file}` was what people copied."""
+    from jobs.operate import runbooks
+    from jobs.spec import DEFAULT_SPEC
+
+    filled = client.get(f"/joinshift/runbooks/change_the_window.md?pipeline={PIPELINE}")
+    assert filled.status_code == 200
+    assert "{spec_file}" not in filled.text and "{checkpoint}" not in filled.text
+    assert f"--spec {DEFAULT_SPEC}" in filled.text
+    first_command = runbooks.commands(runbooks.render("change_the_window", DEFAULT_SPEC))[0].line
+    assert first_command.split("<")[0].strip() in filled.text
+    for asked in ("", "?pipeline=nobody"):
+        raw = client.get(f"/joinshift/runbooks/change_the_window.md{asked}")
+        assert raw.status_code == 200 and "Shown as written" in raw.text and "{spec_file}" in raw.text
+        assert "joinshift runbook change_the_window --spec &lt;your spec&gt;" in raw.text
 
 
 def test_runbook_route_serves_only_markdown_under_include_runbooks(client):
@@ -615,3 +632,27 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
             r = http.get(f"/joinshift/reports/{bad}")
             assert r.status_code == 404 and "TOP-SECRET" not in r.text
     print(f"\nscreenshots in {tmp_path} ({time.monotonic() - t0:.0f}s with Airflow start-up)")
+
+
+def test_unreadable_settings_and_unknown_paths_are_pages_that_say_so(plugin, tmp_path, monkeypatch):
+    """A report file with the settings unreadable was an HTTP 500 (the overview said why); a path no
+    route has was Starlette's JSON, not the page."""
+    from jobs.settings import settings
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("storage_root: [unclosed\n")
+    monkeypatch.setenv("JOINSHIFT_CONFIG", str(bad))
+    settings.cache_clear()
+    try:
+        with _client(plugin, None) as c:
+            html = {"accept": "text/html"}
+            assert "The joinshift settings could not be read" in c.get("/joinshift/", headers=html).text
+            r = c.get(f"/joinshift/reports/{PIPELINE}/{NEWEST}/report.html", headers=html)
+            assert r.status_code == 404 and "The joinshift settings could not be read" in r.text, r.text
+            r = c.get("/joinshift/nope", headers=html)
+            assert (
+                r.status_code == 404 and "Join accuracy" in r.text and r.headers["content-type"].startswith("text/html")
+            )
+    finally:
+        monkeypatch.delenv("JOINSHIFT_CONFIG")
+        settings.cache_clear()
