@@ -398,21 +398,54 @@ def read_stream(
 #: partition), so records of the range may sit after the first offset stamped at its end. A day of
 #: disorder is read; more is not.
 MAX_TIMESTAMP_DISORDER_MS = 86_400_000
+#: Records after a partition's stop offset checked for one stamped in the range: a record stamped
+#: years ahead is every later day's stop, and a read ending there left all behind it unread.
+STOP_CHECK_RECORDS = 500
+
+
+def range_offsets(c: Any, tps: list[Any], start_ms: int, end_ms: int) -> dict[Any, tuple[int, int]]:
+    """``[first, last)`` offsets per partition holding its records stamped in ``[start_ms, end_ms)``:
+    from its first offset stamped at or after ``start_ms`` to its first stamped at or after ``end_ms``
+    + :data:`MAX_TIMESTAMP_DISORDER_MS`; to its end when there is none or a record just after that
+    one is stamped before ``end_ms`` (the stop was stamped ahead). first == last: nothing to read."""
+    starts = c.offsets_for_times({tp: start_ms for tp in tps})
+    stops = c.offsets_for_times({tp: end_ms + MAX_TIMESTAMP_DISORDER_MS for tp in tps})
+    ends = c.end_offsets(tps)
+    out = {}
+    for tp in tps:
+        first, stop = starts.get(tp), stops.get(tp)
+        last = ends[tp] if stop is None or _stamped_ahead(c, tp, stop.offset, ends[tp], end_ms) else stop.offset
+        out[tp] = (min(first.offset, last), last) if first is not None else (last, last)
+    return out
+
+
+def _stamped_ahead(c: Any, tp: Any, stop: int, end: int, end_ms: int) -> bool:
+    """Whether one of the records after ``stop`` (at most :data:`STOP_CHECK_RECORDS`) is stamped
+    before ``end_ms``; also when they cannot be read (reading to the end then loses nothing)."""
+    upto, seen = min(end, stop + 1 + STOP_CHECK_RECORDS), stop + 1
+    c.assign([tp])
+    c.seek(tp, seen)
+    while seen < upto:
+        recs = c.poll(timeout_ms=REQUEST_TIMEOUT_MS, max_records=upto - seen).get(tp, [])
+        if not recs or any(r.timestamp < end_ms for r in recs if r.offset < upto):
+            return True
+        seen = recs[-1].offset + 1
+    return False
 
 
 def read_range(spark: SparkSession, bootstrap: str, topic: str, start_ms: int, end_ms: int) -> DataFrame:
-    """A batch read of the records of ``topic`` with timestamps in ``[start_ms, end_ms)``: each
-    partition from its first offset stamped at or after ``start_ms`` to its first offset stamped at
-    or after ``end_ms`` + :data:`MAX_TIMESTAMP_DISORDER_MS` (or its end), as :func:`read_by_time`."""
+    """A batch read of ``topic``'s records stamped in ``[start_ms, end_ms)``, over :func:`range_offsets`."""
+    with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS) as c:
+        ranges = {tp.partition: fl for tp, fl in range_offsets(c, partitions(c, topic), start_ms, end_ms).items()}
+    if not ranges:
+        raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
     return (
         spark.read.format("kafka")
         .options(**spark_options(client_properties(settings())))
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingTimestamp", str(start_ms))
-        # Spark reads to the partition's end when no offset is stamped that late
-        .option("endingTimestamp", str(end_ms + MAX_TIMESTAMP_DISORDER_MS))
-        .option("startingOffsetsByTimestampStrategy", "latest")
+        .option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): fl[0] for p, fl in ranges.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): fl[1] for p, fl in ranges.items()}}))
         .load()
         .where(
             (F.col("timestamp") >= F.timestamp_millis(F.lit(start_ms)))
@@ -431,9 +464,7 @@ def read_by_time(bootstrap: str, topics: list[str], start_ms: int, end_ms: int) 
     """Every record of ``topics`` (all partitions) whose record timestamp is in ``[start_ms,
     end_ms)``, ordered by (timestamp, topic, partition, offset): the order they arrived in.
 
-    Each partition is read from its first offset stamped at or after ``start_ms``
-    (offsets-for-times) to its first offset stamped at or after ``end_ms`` +
-    :data:`MAX_TIMESTAMP_DISORDER_MS` (or its end), keeping the records stamped inside the range.
+    Each partition is read over its :func:`range_offsets`, keeping the records stamped inside the range.
     """
     out: list[Record] = []
     with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS, client_id="joinshift-replay-as-live") as c:
@@ -443,16 +474,7 @@ def read_by_time(bootstrap: str, topics: list[str], start_ms: int, end_ms: int) 
             if not found:
                 raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
             tps += found
-        starts = c.offsets_for_times({tp: start_ms for tp in tps})
-        stops = c.offsets_for_times({tp: end_ms + MAX_TIMESTAMP_DISORDER_MS for tp in tps})
-        ends = c.end_offsets(tps)
-        todo = {}
-        for tp in tps:
-            first = starts.get(tp)
-            stop = stops.get(tp)
-            last = stop.offset if stop is not None else ends[tp]
-            if first is not None and first.offset < last:
-                todo[tp] = (first.offset, last)
+        todo = {tp: fl for tp, fl in range_offsets(c, tps, start_ms, end_ms).items() if fl[0] < fl[1]}
         if not todo:
             return out
         c.assign(list(todo))

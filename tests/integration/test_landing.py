@@ -65,3 +65,60 @@ def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its
         DAY,
         DAY + timedelta(days=1),
     ]
+
+
+def test_a_record_stamped_years_ahead_does_not_end_every_later_days_read_of_its_partition(
+    spark, kafka, own_pipeline_spec, test_settings
+):
+    """Kafka's offsets-for-times answers "the first offset stamped at or after T": a record stamped
+    2099 (a producer's clock) was that offset for every day's end, so each day's read stopped there
+    and the records behind it were never landed, with no count anywhere."""
+    from jobs.steps.landing import ds_bounds_ms, land_ds
+    from jobs.storage import kafka as kafka_io
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec("landing_stamped_ahead")
+    for st in (spec.left, spec.right):
+        kafka_io.create_topic(kafka, st.topic, partitions=1)
+    day = datetime(2026, 11, 20, tzinfo=UTC)
+    arrivals = {  # offset order in the one partition
+        "L1": day + timedelta(hours=10),
+        "X": datetime(2099, 1, 1, tzinfo=UTC),
+        "L2": day + timedelta(hours=11),
+        "L3": day + timedelta(hours=12),
+        "L4": day + timedelta(days=1, hours=10),
+    }
+    producer = kafka_io.producer(kafka)
+    try:
+        for event_id, arrival in arrivals.items():
+            event_time = (min(arrival, day + timedelta(days=1, hours=11)) - timedelta(minutes=1)).strftime(
+                "%Y-%m-%dT%H:%M:%S.000Z"
+            )
+            value = {
+                "event_id": event_id,
+                "session_id": "s1",
+                "event_time": event_time,
+                "query": "q",
+                "result_count": 1,
+            }
+            producer.send(
+                spec.left.topic,
+                value=json.dumps(value).encode(),
+                partition=0,
+                timestamp_ms=int(arrival.timestamp() * 1000),
+            )
+        producer.flush()
+    finally:
+        producer.close()
+
+    landed = {}
+    for ds in (DAY, DAY + timedelta(days=1)):
+        result = land_ds(spark, spec, "left", ds, test_settings, bootstrap=kafka)
+        rows = spark.read.format("delta").load(Tables.of(spec, test_settings).landed("left")).where(f"ds = '{ds}'")
+        landed[ds] = sorted(r.event_id for r in rows.select("event_id").collect())
+        assert result.records == result.landed == len(landed[ds]), result
+    assert landed == {DAY: ["L1", "L2", "L3"], DAY + timedelta(days=1): ["L4"]}
+    # the replay-as-live trial reads history by the same offsets
+    start_ms, end_ms = ds_bounds_ms(DAY, "UTC")
+    read = kafka_io.read_by_time(kafka, [spec.left.topic], start_ms, end_ms)
+    assert [json.loads(r[5])["event_id"] for r in read] == ["L1", "L2", "L3"]
