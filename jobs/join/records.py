@@ -53,6 +53,7 @@ REASONS = (
     "null_key",
     "bad_event_time",
     "bad_arrival_time",
+    "arrival_outside_slack",
     "bad_type",
     "unexpected_field",
     "event_time_too_old",
@@ -215,6 +216,15 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     ]
     if arrival_raw is not None:
         checks.append((arrival.isNull(), "bad_arrival_time", arrival_raw))
+        # landing a ds reads the record timestamps of that day and the slack around it: a record
+        # stamped further from its arrival's day is read by no day that keeps it, so it is named
+        # here, on the day of its record timestamp
+        slack = F.expr(f"INTERVAL {int(fmt.arrival_slack.total_seconds())} SECONDS")
+        day = arrival_ds(arrival, spec.timezone)
+        first = F.to_utc_timestamp(day.cast("timestamp"), spec.timezone) - slack
+        past = F.to_utc_timestamp(F.date_add(day, 1).cast("timestamp"), spec.timezone) + slack
+        off = (F.col("_record_ts") < first) | (F.col("_record_ts") >= past)
+        checks.append((off, "arrival_outside_slack", arrival_raw))
     checks.append((bad_type_detail != "", "bad_type", bad_type_detail))
     if spec.unknown_fields == UnknownFields.quarantine:
         checks.append((has_unknown, "unexpected_field", F.array_join(unknown, ",")))
@@ -240,9 +250,14 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
         df.withColumn("_reason", reason)
         .withColumn("_detail", detail)
         .withColumn("_drift", drift if spec.unknown_fields == UnknownFields.keep else F.lit(None).cast("string"))
-        .withColumn("ds", arrival_ds(F.coalesce(F.col(ARRIVAL_TIME), F.col("_record_ts")), spec.timezone))
+        .withColumn("ds", arrival_ds(F.coalesce(_kept_arrival(F.col("_reason")), F.col("_record_ts")), spec.timezone))
         .drop("_fields", "_json", *[_text(c) for c in read], "_arrival_raw", "_avro_error")
     )
+
+
+def _kept_arrival(reason: Column) -> Column:
+    """The arrival a record's ds comes from: none (its record timestamp's) when it is outside the slack."""
+    return F.when(reason.isNull() | (reason != "arrival_outside_slack"), F.col(ARRIVAL_TIME))
 
 
 def good_events(parsed: DataFrame, stream: StreamSpec, keep: tuple[str, ...] = ()) -> DataFrame:

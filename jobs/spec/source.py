@@ -130,7 +130,8 @@ class SourceFormat(BaseModel):
     time_zone: str | None = Field(default=None, description="zone of times written without an offset (default UTC)")
     arrival: str = Field(default=RECORD_TIMESTAMP, description="record_timestamp, or a JSON path to the arrival time")
     arrival_slack: Duration = Field(
-        default=timedelta(hours=1), description="with an arrival field: how far the record timestamp may be from it"
+        default=timedelta(hours=1),
+        description="with an arrival field: how far the record timestamp may be from its day (else quarantined)",
     )
     id_from: list[str] = Field(default_factory=list, description="columns whose values make the id (hashed)")
     encoding: Encoding = Field(default=Encoding.json, description="json | avro: how a value is written")

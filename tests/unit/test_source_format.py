@@ -81,6 +81,7 @@ def test_a_time_that_does_not_parse_is_quarantined_not_guessed(spark, written):
 def test_arrival_from_a_field_sets_ds_and_validity(spark):
     spec = spec_with({"time_format": "epoch_ms", "arrival": "$.received_at"})
     ms = int(utc(2026, 11, 20, 23, 59, 59).timestamp() * 1000)
+    early = int(utc(2026, 11, 20, 0, 10).timestamp() * 1000)  # 12 h from the record ts, its day: kept
     rows = parse(
         spark,
         spec,
@@ -88,12 +89,18 @@ def test_arrival_from_a_field_sets_ds_and_validity(spark):
             {"event_id": "A", "k": "a", "t": ms - 1000, "received_at": ms},  # record ts says noon, the field 23:59
             {"event_id": "B", "k": "a", "t": ms},  # no arrival field
             {"event_id": "C", "k": "a", "t": ms - 8 * 86_400_000, "received_at": ms},  # older than max_past (7d)
+            # a day after the record ts's: landing 11-21 reads record timestamps from 11-20 23:00 (the
+            # slack) and 11-20 keeps only its own arrivals: no day landed it, and nothing counted it
+            {"event_id": "D", "k": "a", "t": ms, "received_at": ms + 86_400_000},
+            {"event_id": "E", "k": "a", "t": early - 1000, "received_at": early},
         ],
     )
     assert rows[0]._reason is None and rows[0]._arrival_time.replace(tzinfo=UTC) == utc(2026, 11, 20, 23, 59, 59)
     assert str(rows[0].ds) == "2026-11-20"
     assert (rows[1]._reason, str(rows[1].ds)) == ("bad_arrival_time", "2026-11-20")  # ds from the record ts
     assert rows[2]._reason == "event_time_too_old"
+    assert (rows[3]._reason, str(rows[3].ds)) == ("arrival_outside_slack", "2026-11-20")  # its record ts's day
+    assert rows[4]._reason is None and str(rows[4].ds) == "2026-11-20"  # the same day: landed with it
 
 
 def test_an_id_made_from_fields_is_stable_and_tells_records_apart(spark):
