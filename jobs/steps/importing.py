@@ -40,6 +40,10 @@ from jobs.storage.delta_io import MissingInput
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
 
 
+#: Bytes of a record batch that are not the value: its header, the key and the timestamp.
+RECORD_OVERHEAD = 1024
+
+
 class ImportRefused(ValueError):
     """A file or argument ``joinshift import`` cannot use; the message says what to change."""
 
@@ -139,6 +143,15 @@ def import_files(
         raise ImportRefused(
             f"{int(bad.sum())} rows have no arrival time the side's format.time_format can read "
             f"(first: topic {first.topic}, value {first.value[:120]!r}); fix the column or the format"
+        )
+    limit = kafka.MAX_RECORD_BYTES - RECORD_OVERHEAD
+    sizes = records.value.map(lambda v: len(v) if v is not None else 0)
+    big = sizes > limit
+    if big.any():  # refused before any is sent: the producer would send the rows before the first of these
+        first = records[big].iloc[0]
+        raise ImportRefused(
+            f"{int(big.sum())} rows are larger than a Kafka record may be here ({limit} bytes; first: topic "
+            f"{first.topic}, {int(sizes[big].iloc[0])} bytes): split them or leave out what the join does not read"
         )
     records = records.drop(columns="error")
     records = records.astype({"arrival_ms": "int64"}).sort_values("arrival_ms", kind="stable", ignore_index=True)

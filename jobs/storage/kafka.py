@@ -30,14 +30,16 @@ REQUEST_TIMEOUT_MS = 10_000
 BOOTSTRAP_TIMEOUT_MS = 5_000
 
 _LONG_MAX = 9223372036854775807
-#: Configs set on every topic joinshift creates: simulated, days-old records are kept and accepted
-#: even where the cluster's defaults would delete or refuse them.
+#: The largest record joinshift's producers send, and the topics it creates take (brokers default to 1 MiB).
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+#: Configs of every topic joinshift creates: days-old records kept and accepted, whatever the cluster's defaults.
 TOPIC_CONFIGS: dict[str, str] = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
     "message.timestamp.type": "CreateTime",
     "message.timestamp.before.max.ms": str(_LONG_MAX),
     "message.timestamp.after.max.ms": str(_LONG_MAX),
+    "max.message.bytes": str(MAX_RECORD_BYTES),
 }
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
@@ -48,11 +50,8 @@ class KafkaUnavailable(RuntimeError):
 
 
 def bootstrap_servers(s: Settings | None = None) -> str:
-    """Where jobs find Kafka: the configured cluster, else the running embedded broker.
-
-    Never starts a broker itself: a job silently spawning a JVM would hide a forgotten
-    set-up step and leave processes behind.
-    """
+    """Where jobs find Kafka: the configured cluster, else the running embedded broker. Never starts
+    a broker itself: a job silently spawning a JVM would hide a forgotten set-up step."""
     s = s if s is not None else settings()
     if s.kafka_bootstrap:
         return s.kafka_bootstrap
@@ -355,7 +354,7 @@ def producer_config(bootstrap: str, **overrides: Any) -> dict[str, Any]:
         "compression_type": "zstd",
         "linger_ms": 20,
         "batch_size": 256 * 1024,
-        "max_request_size": 8 * 1024 * 1024,
+        "max_request_size": MAX_RECORD_BYTES,
         "enable_idempotence": True,
         "client_id": "joinshift-workload",
         **overrides,
@@ -420,8 +419,7 @@ def range_offsets(c: Any, tps: list[Any], start_ms: int, end_ms: int) -> dict[An
 
 
 def _stamped_ahead(c: Any, tp: Any, stop: int, end: int, end_ms: int) -> bool:
-    """Whether one of the records after ``stop`` (at most :data:`STOP_CHECK_RECORDS`) is stamped
-    before ``end_ms``; also when they cannot be read (reading to the end then loses nothing)."""
+    """Whether a record just after ``stop`` is stamped before ``end_ms`` (or cannot be read)."""
     upto, seen = min(end, stop + 1 + STOP_CHECK_RECORDS), stop + 1
     c.assign([tp])
     c.seek(tp, seen)

@@ -180,3 +180,25 @@ def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec, tmp_p
         assert res.stderr == "", f"{args[0]} printed on stderr:\n{res.stderr}"
         collectors[args[0]] = re.findall(r"\[gc\] Using (\w+)", gc_log.read_text())
     assert collectors == {"batch": ["Parallel"], "stream": ["Parallel"]}
+
+
+def test_an_import_with_a_row_too_large_for_kafka_is_refused_before_any_row_is_sent(
+    spark, kafka, own_pipeline_spec, tmp_path, capsys
+):
+    """The producer sent the rows before the first too large, then a traceback: a second import
+    after splitting the row landed those rows twice (as duplicates)."""
+    from jobs.spec import write_spec
+    from jobs.storage import kafka as kafka_io
+
+    spec = own_pipeline_spec("import_too_large")
+    path = str(write_spec(spec, tmp_path / "import_too_large.yaml"))
+    row = {"event_id": "L1", "session_id": "s1", "event_time": "2026-11-20T10:00:00Z", "result_count": 1}
+    rows = [
+        {**row, "query": "q", "arrived": "2026-11-20T10:00:01Z"},
+        {**row, "event_id": "L2", "query": "x" * (9 * 1024 * 1024), "arrived": "2026-11-20T10:00:02Z"},
+    ]
+    big = tmp_path / "left.jsonl"
+    big.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = fails(["import", "--spec", path, "--left", str(big), "--arrival", "arrived"], capsys)
+    assert "1 rows are larger than a Kafka record may be here" in line and f"topic {spec.left.topic}" in line, line
+    assert spec.left.topic not in kafka_io.topic_offsets(kafka)  # nothing sent, no topic made
