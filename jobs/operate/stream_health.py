@@ -52,7 +52,15 @@ from jobs.spec import Engine, JoinSpec
 from jobs.spec.avro import Encoding
 from jobs.storage import kafka
 from jobs.storage.checkpoints import kafka_offsets
-from jobs.storage.progress import JOIN_QUERY, batch_watermark, paced_counters, paced_entry, recent_progress
+from jobs.storage.progress import (
+    DEDUP_STATE,
+    JOIN_QUERY,
+    batch_watermark,
+    paced_counters,
+    paced_entry,
+    recent_progress,
+    state_operators,
+)
 from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
@@ -149,6 +157,17 @@ def late_drops(progress: list[dict[str, Any]], window_s: float) -> tuple[int, in
         dropped += sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in _ops(p))
         dropped += int(paced_counters(p).get("right_late_dropped") or 0)
     return dropped, rows, n
+
+
+def duplicates_dropped(progress: list[dict[str, Any]], window_s: float) -> int:
+    """Records the native engine's event-id de-duplication dropped (Spark's
+    ``numDroppedDuplicateRows``) over the same micro-batches as :func:`late_drops`: what landing
+    quarantines as ``duplicate_event_id``, counted for the stream too."""
+    return sum(
+        int((o.get("customMetrics") or {}).get("numDroppedDuplicateRows") or 0)
+        for p in _recent(progress, window_s)
+        for o in state_operators(_ops(p), DEDUP_STATE)
+    )
 
 
 def paced_counts(progress: list[dict[str, Any]], window_s: float) -> dict[str, int]:
@@ -257,6 +276,9 @@ def assess(
         c.note = f"{dropped} of {inputs} rows in {batches} micro-batches"
     elif last is not None:
         c.note = "no micro-batch in the window"
+    dups = duplicates_dropped(progress, t.late_drop_window.total_seconds())
+    if dups:  # the paced operator counts its own (left_duplicates, right_duplicates) below
+        h.notes.append(f"duplicate event ids dropped over the same {batches} micro-batches: {dups:,}")
     paced = paced_counts(progress, t.late_drop_window.total_seconds())
     if paced:  # per-key caps and late closes are counted, never silent (paper §6.6)
         h.notes.append(

@@ -253,6 +253,23 @@ def test_the_paced_operators_counters_are_a_note_of_the_snapshot(demo_spec):
     assert note in render_health(h, now=10**10)
 
 
+def test_the_native_engines_dropped_duplicates_are_a_note_of_the_snapshot(demo_spec):
+    """Spark counts the event ids its de-duplication drops in each operator's custom metrics; no
+    one read it, so a stream's duplicates were dropped with no count (landing's are quarantined)."""
+    from jobs.operate.stream_health import assess, duplicates_dropped
+
+    progress = [_batch(0, minutes=0, rows=100), _batch(1, minutes=70, rows=200), _batch(2, minutes=100, rows=300)]
+    for b, n in zip(progress, (40, 3, 2), strict=True):  # the left side's operator; the right's drops none
+        b["stateOperators"][0]["customMetrics"] = {"numDroppedDuplicateRows": n}
+        b["stateOperators"].insert(1, {**b["stateOperators"][0], "customMetrics": {"numDroppedDuplicateRows": 0}})
+    assert duplicates_dropped(progress, 3600) == 5  # the first batch is before the window
+    h = assess(demo_spec, progress, now=10**10)
+    assert "duplicate event ids dropped over the same 2 micro-batches: 5" in h.notes
+    assert "duplicate event ids dropped over the same 2 micro-batches: 5" in render_health(h, now=10**10)
+    none = [_batch(0, minutes=0, rows=100), _batch(1, minutes=70, rows=200)]  # no drops: no note
+    assert not [n for n in assess(demo_spec, none, now=10**10).notes if n.startswith("duplicate")]
+
+
 def test_restarts_count_the_last_24_hours_only(spec, tmp_path, monkeypatch):
     now = T0.timestamp()
     times = [now - 90_000, now - 86_000, now - 10, now]
