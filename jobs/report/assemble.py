@@ -133,14 +133,18 @@ def _quarantine(spark: SparkSession, spec: JoinSpec, tables, ds: date) -> dict:
     if not delta_io.table_exists(spark, tables.quarantine):
         return {}
     q: dict[str, dict[str, int]] = {}
-    rows = (
+    counts = (
         spark.read.format("delta")
         .load(tables.quarantine)
-        .where((F.col("ds") == F.lit(ds)) & (F.col("stage") == "landing"))
-        .groupBy("stream", "reason")
+        .where(F.col("ds") == F.lit(ds))
+        .groupBy("stage", "stream", "reason")
         .count()
         .collect()
     )
+    # landing's and the stream's are the same records (one parser): landing's when the day was
+    # landed, else the stream's (a pipeline past its cut-over lands no more days)
+    stage = "landing" if any(r["stage"] == "landing" for r in counts) else "stream"
+    rows = [r for r in counts if r["stage"] == stage]
     names = {spec.left.name: "left", spec.right.name: "right"}
     for r in rows:
         q.setdefault(names.get(r["stream"], r["stream"]), {})[r["reason"]] = r["count"]

@@ -584,3 +584,29 @@ def test_the_recommendation_shows_its_frontier_budgets_and_the_pt_evidence(rende
     out = render_report(hurt, tmp_path / "r")
     rec = _section_html(out.html.read_text(), "recommendation")
     assert "nothing fits them" in rec and "Relax a budget" in rec and "1h 40m would" in rec
+
+
+def test_the_reports_quarantine_is_landings_and_the_streams_for_a_day_nothing_landed(
+    spark, own_pipeline_spec, test_settings
+):
+    """A pipeline past its cut-over lands no more days (joinshift_daily is paused): the report's
+    quarantine was empty while the stream went on quarantining."""
+    from datetime import date
+
+    from jobs.report.assemble import _quarantine
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec("report_quarantine")
+    tables = Tables.of(spec, test_settings)
+    d1, d2 = date(2026, 11, 20), date(2026, 11, 21)
+
+    def rows(stage: str, ds: date, reason: str, n: int) -> list[tuple]:
+        return [(stage, spec.left.name, ds, reason)] * n
+
+    data = rows("landing", d1, "malformed_json", 2) + rows("stream", d1, "malformed_json", 2)
+    data += rows("stream", d2, "null_key", 3) + rows("stream", d2, "malformed_json", 1)
+    spark.createDataFrame(data, "stage STRING, stream STRING, ds DATE, reason STRING").write.format("delta").mode(
+        "overwrite"
+    ).save(tables.quarantine)
+    assert _quarantine(spark, spec, tables, d1) == {"left": {"malformed_json": 2}}  # the same records, once
+    assert _quarantine(spark, spec, tables, d2) == {"left": {"null_key": 3, "malformed_json": 1}}
