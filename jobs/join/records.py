@@ -190,10 +190,12 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     # typed once too: the checks test the event time three times, and each copy the filter takes is a parse
     df = df.select("*", _once(arrival_col).alias(ARRIVAL_TIME), *[_once(typed[c]).alias(c) for c in schema])
 
+    # a key or id written but not of its type is that, not a missing one (null_key, null_id)
+    written = {c: raw_of[c].isNotNull() if c in raw_of else F.lit(False) for c in (stream.id, *stream.key)}
     bad_type_cols = [
         F.when(raw_of[c].isNotNull() & F.col(c).isNull(), F.lit(c))
         for c in raw_of
-        if c not in (stream.event_time, stream.id, *stream.key) and schema[c] != "string"
+        if c != stream.event_time and schema[c] != "string"
     ]
     bad_type_detail = F.concat_ws(",", *bad_type_cols) if bad_type_cols else F.lit("")
     known = {top_field(fmt.path(c)) for c in raw_of} | ({top_field(fmt.arrival_field)} if fmt.arrival_field else set())
@@ -210,8 +212,12 @@ def parse_records(raw: DataFrame, stream: StreamSpec, spec: JoinSpec, keep: tupl
     checks: list[tuple[Column, str, Column]] = [
         *([(F.col("_avro_error").isNotNull(), "malformed_avro", F.col("_avro_error"))] if avro else []),
         (F.col("_fields").isNull(), "malformed_json", F.lit(None)),
-        (F.col(stream.id).isNull(), "null_id", F.lit(stream.id)),
-        (F.greatest(*[F.col(k).isNull() for k in stream.key], F.lit(False)), "null_key", F.lit(",".join(stream.key))),
+        (F.col(stream.id).isNull() & ~written[stream.id], "null_id", F.lit(stream.id)),
+        (
+            F.greatest(*[F.col(k).isNull() & ~written[k] for k in stream.key], F.lit(False)),
+            "null_key",
+            F.lit(",".join(stream.key)),
+        ),
         (et.isNull(), "bad_event_time", raw_of[stream.event_time]),
     ]
     if arrival_raw is not None:

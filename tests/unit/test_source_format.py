@@ -226,3 +226,20 @@ def test_the_good_and_the_bad_records_read_each_json_value_once(spark, fmt):
         # what the filter tests is computed below it, each value once: it copies no parse or lookup
         copied = [c for c in filter_conditions(df) if re.search(r"try_cast\(|from_json\(|get_json_object\(|#\d+\[", c)]
         assert filter_conditions(df) and not copied, copied
+
+
+def test_a_key_written_but_not_of_its_type_is_a_bad_type_not_a_missing_key(spark):
+    """A key that does not cast was quarantined as null_key, which sends its owner looking for a missing field."""
+    data = tiny_spec_data()
+    data["left"]["schema"]["k"] = data["right"]["schema"]["k"] = "long"
+    spec = parse_spec(data)
+    rows = parse(
+        spark,
+        spec,
+        [
+            {"event_id": "A", "k": "abc", "t": "2026-11-20T11:59:00Z"},
+            {"event_id": "B", "t": "2026-11-20T11:59:00Z"},
+            {"event_id": "C", "k": 7, "t": "2026-11-20T11:59:00Z"},
+        ],
+    )
+    assert [(r._reason, r._detail) for r in rows] == [("bad_type", "k"), ("null_key", "k"), (None, None)]
