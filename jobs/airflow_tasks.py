@@ -19,8 +19,8 @@ from dataclasses import asdict
 from datetime import UTC, date
 from typing import Any, TypeVar
 
-from jobs.commands.common import UserError, check_slice_minutes, day_span, parse_day
 from jobs.spec import DEFAULT_WORKLOAD, JoinSpec, load_spec, spec_path
+from jobs.spec.days import day_span, parse_day
 
 log = logging.getLogger("joinshift.airflow_tasks")
 
@@ -30,6 +30,10 @@ SLICE_PROGRESS = "joinshift_slice"
 
 
 Task = TypeVar("Task", bound=Callable[..., Any])
+
+
+class ParamRefused(ValueError):
+    """A DAG run's parameter its rule refuses: the message names the parameter."""
 
 
 def _fails_fast(task: Task) -> Task:
@@ -44,7 +48,7 @@ def _fails_fast(task: Task) -> Task:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return task(*args, **kwargs)
-        except (UserError, SpecError, SettingsError, GridError) as exc:
+        except (ParamRefused, SpecError, SettingsError, GridError) as exc:
             from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(exc)) from None
@@ -247,7 +251,7 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
     from jobs.steps.replay_live import replay_as_live as run
     from jobs.storage.kafka import bootstrap_servers
 
-    check_slice_minutes(slice_minutes, "slice_minutes")
+    _slice(slice_minutes)
     result = run(
         _spark(classic=True),
         _spec(spec),
@@ -262,7 +266,7 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
 @_fails_fast
 def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
     """Generate the workload, publish it as history, replay it as live (one call)."""
-    check_slice_minutes(slice_minutes, "slice_minutes")
+    _slice(slice_minutes)
     days = publish_workload(spec, workload)["days"]
     return replay_as_live(spec, days, slice_minutes)
 
@@ -328,7 +332,7 @@ def _cutover(cutover: str):
     try:
         return parse_cutover(cutover)
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise ParamRefused(str(exc)) from None
 
 
 @_fails_fast
@@ -382,6 +386,20 @@ def days_between(from_ds: str | None, to_ds: str | None) -> list[str]:
         try:
             return parse_day(value) if value else None
         except ValueError as exc:
-            raise UserError(f"{name} {exc}") from None
+            raise ParamRefused(f"{name} {exc}") from None
 
-    return [str(d) for d in day_span(day(from_ds, "from_ds"), day(to_ds, "to_ds"), ("from_ds", "to_ds"))]
+    try:
+        return [str(d) for d in day_span(day(from_ds, "from_ds"), day(to_ds, "to_ds"), ("from_ds", "to_ds"))]
+    except ParamRefused:
+        raise
+    except ValueError as exc:
+        raise ParamRefused(str(exc)) from None
+
+
+def _slice(minutes: float) -> None:
+    from jobs.steps.replay_live import check_slice
+
+    try:
+        check_slice(minutes)
+    except ValueError as exc:
+        raise ParamRefused(f"slice_minutes {minutes}: {exc}") from None

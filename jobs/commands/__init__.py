@@ -29,8 +29,7 @@ from jobs.commands.common import (
     _print_json,
     _spark,
     _stop_on_signals,
-    check_slice_minutes,
-    day_span,
+    day_range,
 )
 from jobs.commands.operate import (
     cmd_checkpoint,
@@ -189,7 +188,12 @@ def _slice_minutes(flag: str, text: str) -> float:
         minutes = duration_seconds(text) / 60
     except ValueError as e:
         raise UserError(f"{flag} {text!r}: {e}", EXIT_USAGE) from None
-    return check_slice_minutes(minutes, flag, text)
+    from jobs.steps.replay_live import check_slice
+
+    try:
+        return check_slice(minutes)
+    except ValueError as exc:
+        raise UserError(f"{flag} {text}: {exc}", EXIT_USAGE) from None
 
 
 def cmd_replay_as_live(args: argparse.Namespace) -> int:
@@ -202,7 +206,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     from jobs.steps.replay_live import replay_as_live
 
     slice_minutes = _slice_minutes("--slice", args.slice)
-    days = day_span(args.from_ds, args.to)
+    days = day_range(args.from_ds, args.to)
     source = _load_spec(args.spec)
     spec = source
     if args.as_pipeline:

@@ -9,7 +9,7 @@ import math
 import signal
 import sys
 import threading
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 from jobs.join.variants import DAILY_VARIANTS
@@ -22,50 +22,23 @@ EXIT_USAGE = 2
 # -- argument types: a bad value is argparse's one line, with the command's usage
 
 
-# -- the rules for what a person gives a command or a DAG run (the CLI's flags, a DAG's params)
-
-
-def parse_day(value: str) -> date:
-    """A ds as a person writes it; ValueError naming what to write."""
-    try:
-        d = date.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a date; use YYYY-MM-DD") from None
-    if not date(1900, 1, 1) <= d <= date(9998, 12, 31):  # the windows reach days around it: year 9999 overflows
-        raise ValueError(f"{value!r}: give a day from 1900-01-01 to 9998-12-31")
-    return d
-
-
-def day_span(first: date | None, last: date | None, names: tuple[str, str] = ("--from", "--to")) -> list[date]:
-    """The days from ``first`` to ``last`` (default: ``first``); [] with neither: every day held.
-    A last day without a first, or before it, is a UserError naming the two (``names``)."""
-    if last and not first:
-        raise UserError(f"{names[1]} needs {names[0]} (the first arrival day)", EXIT_USAGE)
-    if not first:
-        return []
-    last = last or first
-    if last < first:
-        raise UserError(f"{names[1]} ({last}) is before {names[0]} ({first})", EXIT_USAGE)
-    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
-
-
-#: A replay's slice of record time: a positive duration up to a day.
-MAX_SLICE_MINUTES = 1440
-
-
-def check_slice_minutes(minutes: float, name: str, written: object = None) -> float:
-    """``minutes`` when it is a replay slice (:data:`MAX_SLICE_MINUTES`); else a UserError naming ``name``."""
-    if not 0 < minutes <= MAX_SLICE_MINUTES:
-        shown = minutes if written is None else written
-        raise UserError(f"{name} {shown}: use a positive duration up to a day, e.g. 15m, 30m, 1h", EXIT_USAGE)
-    return minutes
-
-
 def date_arg(value: str) -> date:
+    from jobs.spec.days import parse_day
+
     try:
         return parse_day(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def day_range(first: date | None, last: date | None, names: tuple[str, str] = ("--from", "--to")) -> list[date]:
+    """:func:`jobs.spec.days.day_span` of two flags: a refusal is a usage error naming them."""
+    from jobs.spec.days import day_span
+
+    try:
+        return day_span(first, last, names)
+    except ValueError as exc:
+        raise UserError(str(exc), EXIT_USAGE) from None
 
 
 def _positive(value: str, number: type[int] | type[float], what: str) -> Any:
@@ -143,7 +116,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _ds_range(args: argparse.Namespace) -> list[date]:
-    return day_span(args.ds, args.to, ("--ds", "--to"))
+    return day_range(args.ds, args.to, ("--ds", "--to"))
 
 
 def _load_spec(path: str) -> Any:

@@ -283,6 +283,17 @@ def _annotate_progress(path: str, arrivals: dict[int, dict[str, int]]) -> None:
     fs.write_text(path, "".join(json.dumps(p) + "\n" for p in progress))
 
 
+#: A slice of record time: a positive duration up to a day.
+MAX_SLICE_MINUTES = 1440
+
+
+def check_slice(minutes: float) -> float:
+    """``minutes`` when it is a slice (:data:`MAX_SLICE_MINUTES`); else ValueError saying what to give."""
+    if not 0 < minutes <= MAX_SLICE_MINUTES:
+        raise ValueError("use a positive duration up to a day, e.g. 15m, 30m, 1h")
+    return minutes
+
+
 def replay_as_live(
     spark: SparkSession,
     spec: JoinSpec,
@@ -300,8 +311,7 @@ def replay_as_live(
     Raises :class:`ReplayRefused` while the pipeline is busy, ``ValueError`` on a bad argument.
     """
     source = source or spec
-    if slice_minutes <= 0:
-        raise ValueError("the slice must be a positive duration")
+    check_slice(slice_minutes)
     refuse_if_busy(spec, s)
     src = [source.left.topic, source.right.topic]
     days = sorted(days) if days else held_days(bootstrap, src, source.timezone)

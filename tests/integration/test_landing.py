@@ -1,6 +1,7 @@
 """Landing one ds from a real broker: a record stamped inside the day is landed even when it sits
 in its partition after records stamped the next day (producers whose clocks differ share a
-partition), and only once: the next day's landing does not take it."""
+partition), and only once: the next day's landing does not take it; and a record stamped years
+ahead does not end the later days' reads of its partition."""
 
 from __future__ import annotations
 
@@ -15,38 +16,35 @@ DAY = date(2026, 11, 20)
 MIDNIGHT = datetime(2026, 11, 21, 0, 0, tzinfo=UTC)
 
 
-def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its_day(
-    spark, kafka, own_pipeline_spec, test_settings
-):
-    from jobs.steps.landing import land_ds
+def _one_partition_topics(kafka, spec) -> None:
     from jobs.storage import kafka as kafka_io
-    from jobs.storage.tables import Tables
 
-    spec = own_pipeline_spec("landing_disorder")
     for st in (spec.left, spec.right):
         kafka_io.create_topic(kafka, st.topic, partitions=1)
-    # offset order in the one partition; the third producer's clock is 8 minutes behind
-    arrivals = {
-        "L1": MIDNIGHT - timedelta(minutes=10),
-        "L2": MIDNIGHT + timedelta(minutes=5),
-        "L3": MIDNIGHT - timedelta(minutes=3),
-        "L4": MIDNIGHT + timedelta(minutes=10),
-    }
+
+
+def _publish(kafka, topic: str, arrivals: dict[str, datetime], event_time_cap: datetime | None = None) -> None:
+    """Left events in this offset order into the one partition, each stamped with its arrival and
+    happening a minute before it (or before ``event_time_cap``)."""
+    from jobs.storage import kafka as kafka_io
+
     producer = kafka_io.producer(kafka)
     try:
         for event_id, arrival in arrivals.items():
-            event_time = (arrival - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-            value = {"event_id": event_id, "session_id": "s1", "event_time": event_time, "query": "q"}
+            happened = min(arrival, event_time_cap or arrival) - timedelta(minutes=1)
+            value = {"event_id": event_id, "session_id": "s1", "query": "q", "result_count": 1}
+            value["event_time"] = happened.strftime("%Y-%m-%dT%H:%M:%S.000Z")
             stamp = int(arrival.timestamp() * 1000)
-            producer.send(
-                spec.left.topic,
-                value=json.dumps({**value, "result_count": 1}).encode(),
-                partition=0,
-                timestamp_ms=stamp,
-            )
+            producer.send(topic, value=json.dumps(value).encode(), partition=0, timestamp_ms=stamp)
         producer.flush()
     finally:
         producer.close()
+
+
+def _land_two_days(spark, kafka, spec, test_settings) -> dict[date, list[str]]:
+    """The left event ids ``DAY`` and the day after land, each landing accounting for all it read."""
+    from jobs.steps.landing import land_ds
+    from jobs.storage.tables import Tables
 
     landed = {}
     for ds in (DAY, DAY + timedelta(days=1)):
@@ -55,6 +53,25 @@ def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its
         rows = spark.read.format("delta").load(Tables.of(spec, test_settings).landed("left")).where(f"ds = '{ds}'")
         landed[ds] = sorted(r.event_id for r in rows.select("event_id").collect())
         assert result.records == result.landed == len(landed[ds])
+    return landed
+
+
+def test_a_record_behind_the_next_days_records_in_its_partition_is_landed_on_its_day(
+    spark, kafka, own_pipeline_spec, test_settings
+):
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec("landing_disorder")
+    _one_partition_topics(kafka, spec)
+    # offset order in the one partition; the third producer's clock is 8 minutes behind
+    arrivals = {
+        "L1": MIDNIGHT - timedelta(minutes=10),
+        "L2": MIDNIGHT + timedelta(minutes=5),
+        "L3": MIDNIGHT - timedelta(minutes=3),
+        "L4": MIDNIGHT + timedelta(minutes=10),
+    }
+    _publish(kafka, spec.left.topic, arrivals)
+    landed = _land_two_days(spark, kafka, spec, test_settings)
     assert landed == {DAY: ["L1", "L3"], DAY + timedelta(days=1): ["L2", "L4"]}
     # the days each side holds, from the landing log: left both days, right none yet
     from jobs.steps.batch import landed_days, landed_sides
@@ -73,13 +90,11 @@ def test_a_record_stamped_years_ahead_does_not_end_every_later_days_read_of_its_
     """Kafka's offsets-for-times answers "the first offset stamped at or after T": a record stamped
     2099 (a producer's clock) was that offset for every day's end, so each day's read stopped there
     and the records behind it were never landed, with no count anywhere."""
-    from jobs.steps.landing import ds_bounds_ms, land_ds
+    from jobs.steps.landing import ds_bounds_ms
     from jobs.storage import kafka as kafka_io
-    from jobs.storage.tables import Tables
 
     spec = own_pipeline_spec("landing_stamped_ahead")
-    for st in (spec.left, spec.right):
-        kafka_io.create_topic(kafka, st.topic, partitions=1)
+    _one_partition_topics(kafka, spec)
     day = datetime(2026, 11, 20, tzinfo=UTC)
     arrivals = {  # offset order in the one partition
         "L1": day + timedelta(hours=10),
@@ -88,35 +103,8 @@ def test_a_record_stamped_years_ahead_does_not_end_every_later_days_read_of_its_
         "L3": day + timedelta(hours=12),
         "L4": day + timedelta(days=1, hours=10),
     }
-    producer = kafka_io.producer(kafka)
-    try:
-        for event_id, arrival in arrivals.items():
-            event_time = (min(arrival, day + timedelta(days=1, hours=11)) - timedelta(minutes=1)).strftime(
-                "%Y-%m-%dT%H:%M:%S.000Z"
-            )
-            value = {
-                "event_id": event_id,
-                "session_id": "s1",
-                "event_time": event_time,
-                "query": "q",
-                "result_count": 1,
-            }
-            producer.send(
-                spec.left.topic,
-                value=json.dumps(value).encode(),
-                partition=0,
-                timestamp_ms=int(arrival.timestamp() * 1000),
-            )
-        producer.flush()
-    finally:
-        producer.close()
-
-    landed = {}
-    for ds in (DAY, DAY + timedelta(days=1)):
-        result = land_ds(spark, spec, "left", ds, test_settings, bootstrap=kafka)
-        rows = spark.read.format("delta").load(Tables.of(spec, test_settings).landed("left")).where(f"ds = '{ds}'")
-        landed[ds] = sorted(r.event_id for r in rows.select("event_id").collect())
-        assert result.records == result.landed == len(landed[ds]), result
+    _publish(kafka, spec.left.topic, arrivals, event_time_cap=day + timedelta(days=1, hours=11))
+    landed = _land_two_days(spark, kafka, spec, test_settings)
     assert landed == {DAY: ["L1", "L2", "L3"], DAY + timedelta(days=1): ["L4"]}
     # the replay-as-live trial reads history by the same offsets
     start_ms, end_ms = ds_bounds_ms(DAY, "UTC")
