@@ -28,7 +28,9 @@ from airflow.sdk import Param, dag, task
         "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
         "from_ds": Param("", type="string", description="first arrival day (YYYY-MM-DD); empty: every day held"),
         "to_ds": Param("", type="string", description="last arrival day; empty: from_ds"),
-        "slice_minutes": Param(30, type="integer", minimum=1, description="record-time minutes per slice"),
+        "slice_minutes": Param(
+            30, type="number", exclusiveMinimum=0, description="record-time minutes per slice (1.5: 90 s)"
+        ),
     },
     doc_md=__doc__,
 )
@@ -39,7 +41,7 @@ def joinshift_replay_as_live():
         from jobs import airflow_tasks
 
         days = airflow_tasks.days_between(params["from_ds"], params["to_ds"])
-        return airflow_tasks.replay_as_live(params["spec"], days, int(params["slice_minutes"]))
+        return airflow_tasks.replay_as_live(params["spec"], days, float(params["slice_minutes"]))
 
     replay_as_live()
 

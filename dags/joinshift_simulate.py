@@ -29,7 +29,7 @@ from airflow.sdk import Param, dag, task
     params={
         "spec": Param("", type="string", description="join spec YAML from the project root; empty: the default"),
         "workload": Param("", type="string", description="workload parameters YAML; empty: the default"),
-        "slice_minutes": Param(30, type="integer", minimum=1, description="simulated minutes per slice"),
+        "slice_minutes": Param(30, type="number", exclusiveMinimum=0, description="simulated minutes per slice"),
     },
     doc_md=__doc__,
 )
@@ -46,7 +46,7 @@ def joinshift_simulate():
         """Replay the days it arrives on as live, one increment per slice."""
         from jobs import airflow_tasks
 
-        return airflow_tasks.replay_as_live(params["spec"], published["days"], int(params["slice_minutes"]))
+        return airflow_tasks.replay_as_live(params["spec"], published["days"], float(params["slice_minutes"]))
 
     replay_as_live(publish_workload())
 

@@ -264,7 +264,7 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
 
 
 @_fails_fast
-def simulate(spec: str, workload: str, slice_minutes: int) -> dict:
+def simulate(spec: str, workload: str, slice_minutes: float) -> dict:
     """Generate the workload, publish it as history, replay it as live (one call)."""
     _slice(slice_minutes)
     days = publish_workload(spec, workload)["days"]
@@ -402,4 +402,4 @@ def _slice(minutes: float) -> None:
     try:
         check_slice(minutes)
     except ValueError as exc:
-        raise ParamRefused(f"slice_minutes {minutes}: {exc}") from None
+        raise ParamRefused(f"slice_minutes {minutes:g}: {exc}") from None

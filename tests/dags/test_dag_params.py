@@ -28,6 +28,7 @@ def _failed_tasks(dagbag, dag_id: str, **kwargs) -> dict[str, tuple[str, int]]:
         ({"from_ds": "2026-13-01"}, "from_ds '2026-13-01' is not a date; use YYYY-MM-DD"),
         ({"from_ds": "9999-12-30"}, "from_ds '9999-12-30': give a day from 1900-01-01 to 9998-12-31"),
         ({"from_ds": "2026-11-20", "slice_minutes": 5000}, "slice_minutes 5000: use a positive duration up to a day"),
+        ({"from_ds": "2026-11-20", "slice_minutes": 1440.5}, "slice_minutes 1440.5: use a positive duration"),
     ],
 )
 def test_a_replay_as_live_with_days_or_a_slice_the_cli_refuses_fails_naming_the_param(dagbag, conf, line):
@@ -39,7 +40,7 @@ def test_a_replay_as_live_with_days_or_a_slice_the_cli_refuses_fails_naming_the_
     # what the DAG's task calls, with the run's params
     with pytest.raises(AirflowFailException, match=f"^{re.escape(line)}"):
         days = airflow_tasks.days_between(conf.get("from_ds"), conf.get("to_ds"))
-        airflow_tasks.replay_as_live("", days, conf.get("slice_minutes", 30))
+        airflow_tasks.replay_as_live("", days, float(conf.get("slice_minutes", 30)))
 
 
 def test_a_spec_that_does_not_exist_fails_the_task_at_once_not_after_its_retries(dagbag, tmp_path):
@@ -71,3 +72,16 @@ def test_a_supervision_run_cannot_watch_past_its_sensors_timeout(dagbag):
     longest = dag.params.get_param("watch_minutes").schema["maximum"]
     params["watch_minutes"] = longest
     assert dag.get_task("supervise_stream").timeout > timedelta(minutes=longest).total_seconds()
+
+
+@pytest.mark.parametrize("dag_id", ["joinshift_replay_as_live", "joinshift_simulate"])
+def test_a_slice_of_ninety_seconds_can_be_asked_for_and_none_cannot(dagbag, dag_id):
+    """The slice was a whole number of minutes: the CLI's --slice 90s had no DAG equivalent."""
+    import copy
+
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = copy.deepcopy(dagbag.get_dag(dag_id).params)
+    params["slice_minutes"] = 1.5
+    with pytest.raises(ParamValidationError, match="less than or equal to the minimum"):
+        params["slice_minutes"] = 0
