@@ -110,3 +110,11 @@ def test_a_record_stamped_years_ahead_does_not_end_every_later_days_read_of_its_
     start_ms, end_ms = ds_bounds_ms(DAY, "UTC")
     read = kafka_io.read_by_time(kafka, [spec.left.topic], start_ms, end_ms)
     assert [json.loads(r[5])["event_id"] for r in read] == ["L1", "L2", "L3"]
+
+
+def test_a_day_of_a_topic_not_made_yet_lands_nothing(spark, kafka, own_pipeline_spec, test_settings):
+    from jobs.steps.landing import land_ds
+
+    spec = own_pipeline_spec("landing_no_topic")
+    result = land_ds(spark, spec, "left", DAY, test_settings, bootstrap=kafka)
+    assert (result.records, result.landed, result.quarantined_total) == (0, 0, 0)
