@@ -690,6 +690,8 @@ def runbook_text(target: Path, pipeline: str | None) -> str:
     a project spec names that pipeline; else as written, with a line saying how to fill it."""
     from jobs.operate import runbooks
 
+    if pipeline and not _SAFE_NAME.match(pipeline):  # a name of a pipeline only, never markup
+        pipeline = "(not a pipeline name)"
     found = project_spec(pipeline) if pipeline else None
     if found and target.parent == runbooks.RUNBOOKS.resolve():
         try:

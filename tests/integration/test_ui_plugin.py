@@ -291,6 +291,8 @@ def test_a_runbook_opened_from_a_pipeline_is_filled_with_its_values(client):
         raw = client.get(f"/joinshift/runbooks/change_the_window.md{asked}")
         assert raw.status_code == 200 and "Shown as written" in raw.text and "{spec_file}" in raw.text
         assert "joinshift runbook change_the_window --spec &lt;your spec&gt;" in raw.text
+    odd = client.get("/joinshift/runbooks/change_the_window.md?pipeline=[x](javascript:alert(1))")
+    assert odd.status_code == 200 and "javascript" not in odd.text and "(not a pipeline name)" in odd.text
 
 
 def test_runbook_route_serves_only_markdown_under_include_runbooks(client):
