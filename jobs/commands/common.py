@@ -96,6 +96,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from jobs.storage.kafka import KafkaUnavailable, RetentionGap
     from jobs.storage.spark import ConnectUnavailable, SessionKindConflict
     from jobs.storage.spark_gateway import SparkMasterUnavailable
+    from jobs.workload.publisher import PublishFailed
 
     return (
         SpecError,
@@ -112,6 +113,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         SessionKindConflict,
         ConnectUnavailable,
         SparkMasterUnavailable,
+        PublishFailed,
     )
 
 

@@ -58,6 +58,10 @@ def _bytes(v: object) -> bytes | None:
     return str(v).encode("utf-8")
 
 
+class PublishFailed(RuntimeError):
+    """Records the brokers refused: how many, and the first refusal, in one line."""
+
+
 def publish(
     records: pd.DataFrame,
     bootstrap: str,
@@ -74,7 +78,7 @@ def publish(
     (``acks='all'``) and is idempotent, so records keep their order within a partition; records
     with the same key go to the same partition (default partitioner). ``progress(sent, total)``
     is called every ``every`` records and at the end. Returns the number of records sent per
-    topic; raises ``RuntimeError`` if any record could not be sent.
+    topic; raises :class:`PublishFailed` if any record could not be sent.
 
     Publishing slice after slice? Pass one ``producer=jobs.storage.kafka.producer(bootstrap)``
     to every call (it is flushed, not closed) instead of connecting again for each slice.
@@ -107,7 +111,10 @@ def publish(
         if own:
             producer.close()
     if errors:
-        raise RuntimeError(f"{len(errors)} of {total} records were not sent; first error: {errors[0]!r}")
+        raise PublishFailed(
+            f"Kafka refused {len(errors)} of {total} records (first: {type(errors[0]).__name__}: {errors[0]}); "
+            "the others were sent: mend the cause (a topic's max.message.bytes, its ACLs) before sending again"
+        )
     if progress is not None:
         progress(total, total)
     counts = pd.Series(topics).value_counts()

@@ -202,3 +202,28 @@ def test_an_import_with_a_row_too_large_for_kafka_is_refused_before_any_row_is_s
     line = fails(["import", "--spec", path, "--left", str(big), "--arrival", "arrived"], capsys)
     assert "1 rows are larger than a Kafka record may be here" in line and f"topic {spec.left.topic}" in line, line
     assert spec.left.topic not in kafka_io.topic_offsets(kafka)  # nothing sent, no topic made
+
+
+def test_an_import_the_broker_refuses_records_of_is_one_line_naming_the_refusal(
+    spark, kafka, own_pipeline_spec, tmp_path, capsys
+):
+    """A topic of the user's own that takes smaller records than joinshift sends: the brokers'
+    refusal was a traceback."""
+    from kafka.admin import NewTopic
+
+    from jobs.spec import write_spec
+    from jobs.storage import kafka as kafka_io
+
+    spec = own_pipeline_spec("import_refused")
+    path = str(write_spec(spec, tmp_path / "import_refused.yaml"))
+    admin = kafka_io.admin_client(kafka)
+    try:
+        admin.create_topics([NewTopic(spec.left.topic, 1, 1, topic_configs={"max.message.bytes": "2000"})])
+    finally:
+        admin.close()
+    row = {"event_id": "L1", "session_id": "s1", "event_time": "2026-11-20T10:00:00Z", "result_count": 1}
+    rows = [{**row, "query": os.urandom(10_000).hex(), "arrived": "2026-11-20T10:00:01Z"}]  # zstd cannot shrink it
+    left = tmp_path / "left.jsonl"
+    left.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = fails(["import", "--spec", path, "--left", str(left), "--arrival", "arrived"], capsys)
+    assert "Kafka refused 1 of 1 records (first: MessageSizeTooLargeError" in line, line
