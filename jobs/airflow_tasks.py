@@ -264,14 +264,6 @@ def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> d
 
 
 @_fails_fast
-def simulate(spec: str, workload: str, slice_minutes: float) -> dict:
-    """Generate the workload, publish it as history, replay it as live (one call)."""
-    _slice(slice_minutes)
-    days = publish_workload(spec, workload)["days"]
-    return replay_as_live(spec, days, slice_minutes)
-
-
-@_fails_fast
 def quality_gates(spec: str, ds: str) -> list[dict]:
     """Run the Great Expectations suites for ds, record them, fail the task if any gate failed."""
     from jobs.quality.gates import assert_gates, run_gates, write_gate_results
@@ -388,10 +380,9 @@ def days_between(from_ds: str | None, to_ds: str | None) -> list[str]:
         except ValueError as exc:
             raise ParamRefused(f"{name} {exc}") from None
 
+    first, last = day(from_ds, "from_ds"), day(to_ds, "to_ds")
     try:
-        return [str(d) for d in day_span(day(from_ds, "from_ds"), day(to_ds, "to_ds"), ("from_ds", "to_ds"))]
-    except ParamRefused:
-        raise
+        return [str(d) for d in day_span(first, last, ("from_ds", "to_ds"))]
     except ValueError as exc:
         raise ParamRefused(str(exc)) from None
 

@@ -261,12 +261,10 @@ def port_is_free(port: int, *, reuse: bool = True) -> bool:
 
 
 def port_accepts(port: int, timeout: float = 0.5) -> bool:
-    """A cheap, log-free probe before asking kafka-python (which logs every refusal)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """A cheap, log-free probe of a loopback port before asking kafka-python (which logs every refusal)."""
+    from jobs.storage.spark_gateway import answers
+
+    return answers("127.0.0.1", port, timeout)
 
 
 def tail(path: Path, lines: int = 40) -> str:
