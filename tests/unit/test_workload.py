@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -370,13 +369,10 @@ def test_iter_slices(wl):
         list(iter_slices(wl.records, 0))
 
 
-def test_performance_smoke(params, demo_spec):
+def test_a_day_of_200k_left_events_is_generated_whole(params, demo_spec):
     big = params.model_copy(update={"left_events_per_day": 200_000, "days": 1})
-    started = time.perf_counter()
     wl = generate(big, demo_spec)
-    elapsed = time.perf_counter() - started
     assert len(wl.records) > 450_000
-    assert elapsed < 8, f"200k left events took {elapsed:.1f}s"
 
 
 def test_slices_cover_a_time_range_on_the_epoch_grid():
