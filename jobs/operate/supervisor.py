@@ -23,7 +23,7 @@ from jobs.operate.health import health, iso, record_restart, write_health
 from jobs.operate.process import EXIT_REFUSED, StreamProcess
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
-from jobs.storage.hold import current_hold, supervisor_dir
+from jobs.storage.hold import current_hold, describe_hold, supervisor_dir
 
 log = logging.getLogger("joinshift.supervisor")
 
@@ -146,8 +146,13 @@ class Supervisor:
             report.last = {
                 "sampled_at": iso(_now()),
                 "state": "held",
-                "reason": f"held by pid {held['pid']} since {held.get('since')}: {held.get('reason')}",
+                "reason": describe_hold(held),
             }
+            if held.get("failed") and not any(a["kind"] == "hold_failed" for a in report.alerts):
+                # nothing restarts by itself from here: someone must run the job again
+                msg = f"{spec.pipeline}: {describe_hold(held)}"
+                report.alerts.append({"kind": "hold_failed", "message": msg})
+                self.alert("hold_failed", msg)
             self.was_held = True
             return True
         if self.was_held:  # the hold ended (a replay finished): start from the new checkpoint, no backoff

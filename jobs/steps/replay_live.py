@@ -44,7 +44,7 @@ from pyspark.sql import SparkSession
 from jobs.settings import Settings
 from jobs.spec import Engine, JoinSpec
 from jobs.storage import aligned_source, delta_io, fs, kafka
-from jobs.storage.hold import current_hold, hold, supervised_stream_pid
+from jobs.storage.hold import current_hold, describe_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, read_progress, settle_log
 from jobs.storage.spark import release_state_stores
 from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
@@ -93,10 +93,8 @@ def _reading(spec: JoinSpec, topics: dict[str, str]) -> JoinSpec:
 
 def refuse_if_busy(spec: JoinSpec, s: Settings | None = None) -> None:
     held = current_hold(spec, s)
-    if held is not None:
-        raise ReplayRefused(
-            f"{spec.pipeline} is held by pid {held['pid']} ({held.get('reason')}): run replay-as-live when it ends"
-        )
+    if held is not None and not held.get("failed"):  # a failed job's hold: a trial starts from nothing
+        raise ReplayRefused(f"{spec.pipeline} is {describe_hold(held)}: run replay-as-live when the hold ends")
     pid = supervised_stream_pid(spec, s)
     if pid is not None:
         raise ReplayRefused(

@@ -52,7 +52,7 @@ from jobs.storage.checkpoints import (
     batch_ids,
     checkpoint_query_id,
 )
-from jobs.storage.hold import current_hold, stream_owner
+from jobs.storage.hold import CheckpointBusy, current_hold, describe_hold, stream_owner
 from jobs.storage.progress import (
     JOIN_QUERY,
     QUARANTINE_QUERY,
@@ -237,11 +237,8 @@ def start_streaming_join(
     with what was read (:func:`jobs.storage.aligned_source.request_drain`)."""
     tables = Tables.of(spec, s)
     held = current_hold(spec, s)
-    if held is not None and held["pid"] != os.getpid():
-        raise RuntimeError(
-            f"{spec.pipeline} is held by pid {held['pid']} since {held.get('since')} "
-            f"({held.get('reason')}): its checkpoint is in use; start the stream when that ends"
-        )
+    if held is not None and (held.get("failed") or held["pid"] != os.getpid()):
+        raise CheckpointBusy(f"{spec.pipeline} is {describe_hold(held)}: start the stream when the hold ends")
     guard_checkpoint_spec(spec, tables.checkpoint(JOIN_QUERY))
     _ensure_recorder(spark, spec, tables)
     limit = spec.streaming.max_offsets_per_trigger
@@ -414,8 +411,8 @@ def run_increment(spark: SparkSession, spec: JoinSpec, *, bootstrap: str, s: Set
     replay holds the pipeline."""
     held = current_hold(spec, s)
     if held is not None:
-        log.info("%s is held by pid %s (%s): increment skipped", spec.pipeline, held["pid"], held.get("reason"))
-        return {"batches": 0, "last_batch": None, "skipped": f"held: {held.get('reason')}"}
+        log.info("%s is %s: increment skipped", spec.pipeline, describe_hold(held))
+        return {"batches": 0, "last_batch": None, "skipped": describe_hold(held)}
     tables = Tables.of(spec, s)
     kind, days = _increment_kind(spec, bootstrap, tables)
     with stream_owner(spec, s, role="increment"):  # never beside the continuous process

@@ -2,7 +2,10 @@
 
 * The maintenance hold: a file that says "a replay owns this pipeline's checkpoint now". While
   held, supervisors neither start nor restart the stream process, scheduled increments skip, and
-  the stream refuses to start. A hold left by a dead process is stale and ignored.
+  the stream refuses to start. A hold left by a dead process is stale and ignored, unless the
+  job under it failed: a replay that failed part-way leaves a half-built checkpoint, which no
+  stream may run from (it would write again what the old run wrote). That hold stays, saying
+  so, until the same job is run again and finishes.
 * The stream owner (:func:`stream_owner`): one process at a time runs the pipeline's stream
   queries, whether the supervised continuous process, an increment (the ``joinshift_stream`` DAG,
   ``joinshift stream --available-now``) or a replay; another is refused. An OS file lock, so
@@ -42,13 +45,14 @@ def hold_file(spec: JoinSpec, s: Settings | None = None) -> Path:
 
 
 def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | None:
-    """The hold a maintenance job (a replay) put on the pipeline, if its process still lives.
-    A hold left by a dead process is stale: it is ignored (and said so in the log)."""
+    """The hold a maintenance job (a replay) put on the pipeline, if its process still lives or
+    the job failed under it (``failed`` says how). A hold left by a process that died without a
+    word is stale: it is ignored (and said so in the log)."""
     try:
         rec = json.loads(hold_file(spec, s).read_text())
     except (OSError, ValueError):
         return None
-    if pid_alive(rec.get("pid")):
+    if rec.get("failed") or pid_alive(rec.get("pid")):
         return rec
     log.warning(
         "ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"), rec.get("reason")
@@ -56,24 +60,50 @@ def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | 
     return None
 
 
+def describe_hold(held: dict[str, Any]) -> str:
+    """One phrase for messages: who holds the pipeline, or which job failed under its hold."""
+    if held.get("failed"):
+        return (
+            f"left held by a job that failed ({held.get('reason')}, since {held.get('since')}: {held['failed']}); "
+            "run that job again: it starts over and ends the hold when it finishes"
+        )
+    return f"held by pid {held.get('pid')} since {held.get('since')} ({held.get('reason')})"
+
+
+def _now_iso() -> str:
+    return datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
+
+
 @contextlib.contextmanager
 def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[None]:
     """While held, supervisors neither start nor restart the pipeline's stream process and
-    scheduled increments skip: a replay owns the checkpoint folder. Two holds conflict."""
+    scheduled increments skip: a replay owns the checkpoint folder. Two live holds conflict; a
+    failed one is taken over (running the job again is how it ends). If the body raises (Ctrl-C
+    included), the hold stays, marked ``failed``."""
     other = current_hold(spec, s)
-    if other is not None and other.get("pid") != os.getpid():
-        raise RuntimeError(
-            f"{spec.pipeline} is already held by pid {other['pid']} since {other.get('since')}: {other.get('reason')}"
-        )
+    if other is not None and not other.get("failed") and other.get("pid") != os.getpid():
+        raise CheckpointBusy(f"{spec.pipeline} is already {describe_hold(other)}")
+    if other is not None and other.get("failed"):
+        log.info("%s: taking over the hold of a job that failed (%s)", spec.pipeline, other["failed"])
     path = hold_file(spec, s)
     path.parent.mkdir(parents=True, exist_ok=True)
-    since = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
-    path.write_text(json.dumps({"pid": os.getpid(), "since": since, "reason": reason}) + "\n")
+    rec = {"pid": os.getpid(), "since": _now_iso(), "reason": reason}
+    _write(path, rec)
     try:
         yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    except BaseException as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        _write(path, {**rec, "failed": f"{why[:300]} (at {_now_iso()})"})
+        raise
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _write(path: Path, rec: dict[str, Any]) -> None:
+    """Whole or not at all: a reader never sees half a record (which it would take for no hold)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(rec) + "\n")
+    os.replace(tmp, path)
 
 
 def supervised_stream_pid(spec: JoinSpec, s: Settings | None = None) -> int | None:
