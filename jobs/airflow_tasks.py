@@ -248,13 +248,17 @@ def publish_workload(spec: str, workload: str) -> dict:
 @_fails_fast
 def replay_as_live(spec: str, days: list[str] | None, slice_minutes: float) -> dict:
     """Replay the spec's topics as live over ``days`` (empty: every day they hold)."""
+    from jobs.operate.gate_store import serves_stream
     from jobs.steps.replay_live import replay_as_live as run
     from jobs.storage.kafka import bootstrap_servers
 
     _slice(slice_minutes)
+    spark, join_spec = _spark(classic=True), _spec(spec)
+    if served := serves_stream(spark, join_spec):
+        raise ParamRefused(served)
     result = run(
-        _spark(classic=True),
-        _spec(spec),
+        spark,
+        join_spec,
         bootstrap=bootstrap_servers(),
         days=[_ds(d) for d in days] if days else None,
         slice_minutes=slice_minutes,

@@ -202,6 +202,7 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from jobs.operate.gate_store import serves_stream
     from jobs.spec.model import pipeline_name
     from jobs.steps.replay_live import replay_as_live
 
@@ -216,6 +217,8 @@ def cmd_replay_as_live(args: argparse.Namespace) -> int:
             raise UserError(f"--as {args.as_pipeline!r}: {exc}", EXIT_USAGE) from None
     bootstrap = _bootstrap()  # before the trial clears the pipeline's checkpoint and output
     spark = _spark("replay-as-live", classic=True)
+    if served := serves_stream(spark, spec):
+        raise UserError(served, EXIT_USAGE)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

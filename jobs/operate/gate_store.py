@@ -129,12 +129,31 @@ class GateStatus:
 def status(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> GateStatus:
     """The stage, the next promotion's verdict, the evaluated days and the decisions."""
     decisions = read_decisions(spark, spec, s)
-    stage = decisions[-1]["to_stage"] if decisions else "shadow"
+    now = decisions[-1]["to_stage"] if decisions else "shadow"
     after = decisions[-1]["through_ds"] if decisions else None
     days = read_days(spark, spec, s)
-    verdict = gate.promotion(stage, days, after, Slo.of(spec))
-    serve = {name: _variant_table(spec, kind, s) for name, kind in gate.serving(stage).items()}
-    return GateStatus(spec.pipeline, stage, verdict, days, decisions, serve)
+    verdict = gate.promotion(now, days, after, Slo.of(spec))
+    serve = {name: _variant_table(spec, kind, s) for name, kind in gate.serving(now).items()}
+    return GateStatus(spec.pipeline, now, verdict, days, decisions, serve)
+
+
+def stage(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> str:
+    """The pipeline's gate stage: the last decision's, ``shadow`` before the first."""
+    decisions = read_decisions(spark, spec, s)
+    return decisions[-1]["to_stage"] if decisions else "shadow"
+
+
+def serves_stream(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> str | None:
+    """Why the pipeline's stream output may not be replaced from nothing (a replay-as-live trial
+    deletes it): its public view reads it. None when nothing but the stream's own checks read it."""
+    st = stage(spark, spec, s)
+    if gate.serving(st)["public"] != "stream":
+        return None
+    return (
+        f"{spec.pipeline} is at gate stage {st!r}: its public view reads the stream output a replay-as-live "
+        "trial deletes and rebuilds; run the trial under another pipeline name (--as), or roll the gate back "
+        "to shadow first (joinshift gate rollback)"
+    )
 
 
 def write_state(st: GateStatus, spec: JoinSpec, s: Settings | None = None) -> str:

@@ -124,7 +124,7 @@ def _view(spark, spec, name: str):
 
 
 def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(
-    spark, dagbag, pipeline, test_settings, capsys
+    spark, kafka, dagbag, pipeline, test_settings, capsys
 ):
     from jobs.operate import gate_store
 
@@ -177,6 +177,17 @@ def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(
     )
     assert _run(["gate", "promote", "--spec", f, "--force", "--reason", "consumers asked"])[0] == 0
     assert _view(spark, spec, "public")["variant"] == "stream"
+    # a replay-as-live trial deletes and rebuilds the stream output: not while the public view reads it
+    stream_rows = spark.read.format("delta").load(tables.output("stream")).count()
+    assert _run(["replay-as-live", "--spec", f]) == (
+        2,
+        f"joinshift replay-as-live: {NAME} is at gate stage 'cutover': its public view reads the stream output "
+        "a replay-as-live trial deletes and rebuilds; run the trial under another pipeline name (--as), or "
+        "roll the gate back to shadow first (joinshift gate rollback)",
+    )
+    dr = dagbag.get_dag("joinshift_replay_as_live").test(run_conf={"spec": f})
+    assert "failed" in str(dr.state).lower()
+    assert spark.read.format("delta").load(tables.output("stream")).count() == stream_rows
 
     _set_paused(False)
     assert _run(["gate", "promote", "--spec", f, "--force", "--reason", "batch no longer needed"])[0] == 0
