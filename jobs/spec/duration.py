@@ -60,6 +60,15 @@ def require_positive(value: timedelta | None, example: str) -> timedelta | None:
     return value
 
 
+def require_whole_seconds(value: timedelta, name: str = "") -> timedelta:
+    """A window bound or a watermark delay: every engine keeps them in whole seconds (Spark's
+    intervals, the sweep's bound points), so ``1500ms`` would silently become 1 s."""
+    if value % timedelta(seconds=1):
+        said = f"{name}: {format_duration(value, True)}" if name else format_duration(value)
+        raise ValueError(f"{said} is not a whole number of seconds (joins keep windows and watermarks in seconds)")
+    return value
+
+
 def format_duration(td: timedelta | float, signed: bool = False) -> str:
     """The inverse of :func:`parse_duration`: exact, compound where needed (``-4h30m``, ``1d2h``)."""
     total = td.total_seconds() if isinstance(td, timedelta) else float(td)

@@ -27,18 +27,11 @@ from typing import Any, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jobs.settings import PROJECT_ROOT
 from jobs.spec.avro import READ_FILES, SPEC_DIR
-from jobs.spec.duration import Duration, format_duration, require_positive
+from jobs.spec.duration import Duration, format_duration, require_positive, require_whole_seconds
 from jobs.spec.size import ByteSize
 from jobs.spec.source import BatchTable, SourceFormat
 from jobs.spec.streaming import Engine, HealthSpec, StateStore, StreamingOptions
@@ -142,7 +135,7 @@ class StreamSpec(_Strict):
     def _non_negative(cls, v: timedelta) -> timedelta:
         if v.total_seconds() < 0:
             raise ValueError("must be zero or positive (how late events may arrive)")
-        return v
+        return require_whole_seconds(v)
 
     @model_validator(mode="after")
     def _columns_exist(self) -> StreamSpec:
@@ -174,6 +167,7 @@ class WindowSpec(_Strict):
 
     @model_validator(mode="after")
     def _ordered(self) -> WindowSpec:
+        require_whole_seconds(self.lower, "lower"), require_whole_seconds(self.upper, "upper")
         if self.lower > self.upper:
             raise ValueError(
                 f"lower ({format_duration(self.lower, True)}) must not be after upper "

@@ -6,6 +6,7 @@ Window [-10m, +5m] (right.t in [left.t − 10m, left.t + 5m], inclusive), key ``
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, date, datetime
 
 import pytest
@@ -246,3 +247,23 @@ def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
     assert right_days(tiny_spec(), "batch_1d_windowed", d) == [d]
     # the day before the first landed day is history the pipeline never had, not a gap
     assert missing_days([date(2026, 11, 19), d, date(2026, 11, 21)], [d]) == [date(2026, 11, 21)]
+
+
+@pytest.mark.parametrize(
+    ("window", "left_delay", "refused"),
+    [
+        ({"lower": "-1500ms", "upper": "+5m"}, "1m", "window: lower: -1s500ms is not a whole number of seconds"),
+        ({"lower": "-10m", "upper": "250ms"}, "1m", "window: upper: +250ms is not a whole number of seconds"),
+        ({"lower": "-10m", "upper": "+5m"}, "2.5s", "left.watermark_delay: 2s500ms is not a whole number of seconds"),
+    ],
+)
+def test_a_bound_or_watermark_under_a_second_is_refused_not_truncated(window, left_delay, refused):
+    """Every engine keeps them in whole seconds: ``+1500ms`` had become +1 s in batch, stream and
+    sweep alike, while the spec's label still said +1.5 s."""
+    from jobs.spec import SpecError
+
+    data = tiny_spec_data(window=window)
+    data["left"]["watermark_delay"] = left_delay
+    with pytest.raises(SpecError, match=re.escape(refused)):
+        parse_spec(data)
+    assert tiny_spec(window={"lower": "-90s", "upper": "1m30s"}).window.label() == "[-1m30s, +1m30s]"
