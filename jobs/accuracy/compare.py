@@ -26,6 +26,7 @@ from jobs.join.columns import REVISION, col_name
 from jobs.join.variants import FIRST_ANSWER, REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
+from jobs.spec.shares import pct
 from jobs.storage import batch_input, delta_io
 from jobs.storage.tables import Tables
 
@@ -224,10 +225,6 @@ def summary_rows(metrics: list[dict], baseline: str = "batch_1d_windowed") -> li
     return [by_ds[d] for d in sorted(by_ds)]
 
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.2f}%"
-
-
 def _dur(v: float | None) -> str:
     if v is None:
         return "—"
@@ -270,7 +267,7 @@ def render_table(metrics: list[dict], baseline: str = "batch_1d_windowed", runs:
     for r in summary_rows(metrics, baseline):
         cells = [
             str(r["ds"]),
-            *(_pct(r.get(v)) for v in shown),
+            *(pct(r.get(v)) for v in shown),
             _pp(r.get("stream_minus_baseline_pp")),
             _pp(r.get("stream_minus_reference_pp")),
             _dur(r.get("stream_to_lower_p99")),
@@ -301,5 +298,5 @@ def render_hourly_table(rows: list[dict]):
         by_hour.setdefault((r["ds"], r["hour"]), {})[r["variant"]] = r
     for (ds, hour), vs in sorted(by_hour.items()):
         n = next(iter(vs.values()))["left_events"]
-        t.add_row(str(ds), f"{hour:02d}", str(n), *(_pct(vs[v]["match_rate"]) if v in vs else "—" for v in present))
+        t.add_row(str(ds), f"{hour:02d}", str(n), *(pct(vs[v]["match_rate"]) if v in vs else "—" for v in present))
     return t

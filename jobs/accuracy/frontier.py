@@ -16,6 +16,7 @@ import pandas as pd
 
 from jobs.accuracy.paced_model import FIRST_ANSWER_RATE
 from jobs.spec import fmt_duration, format_bytes
+from jobs.spec.shares import pct
 
 #: Match rates within this many percentage points are ties (one left event in 10,000).
 TIE_PP = 0.01
@@ -105,7 +106,7 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
     if good.empty:
         best = df.loc[df.match_rate.idxmax()]
         return [
-            f"no candidate comes {limits.floor_label}: the best is {100 * best.match_rate:.2f}% "
+            f"no candidate comes {limits.floor_label}: the best is {pct(best.match_rate)} "
             f"({describe(best)}, p99 latency {fmt_duration(best.p99_latency_s)}); relaxing a budget cannot reach it"
         ]
     out = []
@@ -116,7 +117,7 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
             c = _least(opt, "p99_latency_s", "memory_bytes")
             out.append(
                 f"latency {fmt_duration(limits.latency_s)} fits nothing {limits.floor_label}; "
-                f"{fmt_duration(_nice_up(c.p99_latency_s))} would (predicted {100 * c.match_rate:.2f}%, {describe(c)})"
+                f"{fmt_duration(_nice_up(c.p99_latency_s))} would (predicted {pct(c.match_rate)}, {describe(c)})"
             )
     if limits.memory_bytes is not None:
         opt = good[fits(good, lat_only)]
@@ -124,14 +125,14 @@ def relax(df: pd.DataFrame, limits: Limits) -> list[str]:
             c = _least(opt, "memory_bytes", "p99_latency_s")
             out.append(
                 f"state memory {format_bytes(limits.memory_bytes)} fits nothing {limits.floor_label}; "
-                f"{format_bytes(c.memory_bytes)} would (predicted {100 * c.match_rate:.2f}%, {describe(c)})"
+                f"{format_bytes(c.memory_bytes)} would (predicted {pct(c.match_rate)}, {describe(c)})"
             )
     if not out:
         c = _least(good, "p99_latency_s", "memory_bytes")
         out.append(
             f"neither budget alone fits anything {limits.floor_label}; relax both: latency to "
             f"{fmt_duration(_nice_up(c.p99_latency_s))} and state memory to {format_bytes(c.memory_bytes)} "
-            f"(predicted {100 * c.match_rate:.2f}%, {describe(c)})"
+            f"(predicted {pct(c.match_rate)}, {describe(c)})"
         )
     return out
 
@@ -144,8 +145,8 @@ def percentile_relax(df: pd.DataFrame, limits: Limits, percentile: float) -> lis
     if c is None:
         return []
     return [
-        f"streaming.paced.pt_percentile {percentile:g} would fit (predicted {100 * c.match_rate:.2f}%, first "
-        f"answers {100 * c[FIRST_ANSWER_RATE]:.2f}%, p99 latency {fmt_duration(c.p99_latency_s)}, {describe(c)})"
+        f"streaming.paced.pt_percentile {percentile:g} would fit (predicted {pct(c.match_rate)}, first "
+        f"answers {pct(c[FIRST_ANSWER_RATE])}, p99 latency {fmt_duration(c.p99_latency_s)}, {describe(c)})"
     ]
 
 
@@ -219,37 +220,37 @@ def explain(spec, cadence, obs, chosen, deployed, fits, within, limits, base_rat
     )
     out = [f"predicted for {cadence.label()}, from {obs.left_events:,} left events over {len(obs.days)} ds"]
     if obs.sample_share < 1:
-        out[0] += f" (a {100 * obs.sample_share:.1f}% hash sample of them)"
+        out[0] += f" (a {pct(obs.sample_share, 1)} hash sample of them)"
     out[0] += f"; one left event is {100 / max(obs.left_events, 1):.4f} pp"
     if fits:
         out.append(
             f"{chosen.label()} with watermarks {chosen.watermarks()} has the best predicted match rate "
-            f"({100 * chosen.match_rate:.2f}%) "
+            f"({pct(chosen.match_rate)}) "
             + (f"within {budget}" if budget else "(no budgets in the spec)")
             + f": p99 latency {fmt_duration(chosen.p99_latency_s)}, state memory {format_bytes(chosen.memory_bytes)}"
         )
     else:
         out.append(
             f"no candidate fits {budget}; shown: the lowest-latency one, {chosen.label()} with watermarks "
-            f"{chosen.watermarks()} ({100 * chosen.match_rate:.2f}%, p99 {fmt_duration(chosen.p99_latency_s)})"
+            f"{chosen.watermarks()} ({pct(chosen.match_rate)}, p99 {fmt_duration(chosen.p99_latency_s)})"
         )
     if base_rate is not None:
         gap = 100 * (chosen.match_rate - base_rate)
         out.append(
-            f"vs {spec.accuracy.baseline} ({100 * base_rate:.2f}%): {gap:+.2f} pp, "
+            f"vs {spec.accuracy.baseline} ({pct(base_rate)}): {gap:+.2f} pp, "
             + ("within" if within else "outside")
             + f" the {spec.accuracy.tolerance_pp:g} pp tolerance"
         )
     else:
         out.append(f"{spec.accuracy.baseline} has not been computed for these days: run the batch and compare first")
     out.append(
-        f"vs the reference ({100 * ref:.2f}%, {ref_source}): {100 * (chosen.match_rate - ref):+.2f} pp; "
+        f"vs the reference ({pct(ref)}, {ref_source}): {100 * (chosen.match_rate - ref):+.2f} pp; "
         f"the chosen window loses {100 * (chosen.window_rate - chosen.match_rate):.2f} pp to "
         + ("records read after its windows closed" if chosen.paced else "its watermarks")
     )
     out.append(
         f"deployed {deployed.label()} with watermarks {deployed.watermarks()}: "
-        f"predicted {100 * deployed.match_rate:.2f}%, "
+        f"predicted {pct(deployed.match_rate)}, "
         f"p99 latency {fmt_duration(deployed.p99_latency_s)}, state memory {format_bytes(deployed.memory_bytes)}"
     )
     return out

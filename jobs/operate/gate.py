@@ -33,6 +33,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from jobs.spec import JoinSpec, fmt_duration
+from jobs.spec.shares import pct
 from jobs.storage.stream_runs import BACKLOG
 
 STAGES = ("shadow", "canary", "cutover", "retired")
@@ -141,9 +142,7 @@ def evaluate_day(m: Measurements, slo: Slo) -> list[Check]:
                 f"with joinshift replay-as-live for a rate that counts"
             )
         elif ok:
-            detail = (
-                f"match rate {_pp(diff)} vs {slo.baseline} ({100 * m.stream_rate:.2f}% vs {100 * m.baseline_rate:.2f}%)"
-            )
+            detail = f"match rate {_pp(diff)} vs {slo.baseline} ({pct(m.stream_rate)} vs {pct(m.baseline_rate)})"
         else:
             detail = f"match rate {diff:.2f} pp below {slo.baseline} (tolerance {slo.tolerance_pp:g})"
         add("match_rate", MET if ok else FAILED, round(diff, 4), -slo.tolerance_pp, detail)

@@ -54,6 +54,7 @@ from jobs.quality.suites import (
 )
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
+from jobs.spec.shares import pct
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -251,7 +252,7 @@ def accuracy_frame(
         [(ds, float(s), float(b), diff)],
         f"ds date, stream_match_rate double, baseline_match_rate double, {ACCURACY_DIFF} double",
     )
-    return df, f"stream {100 * s:.2f}% vs {base} {100 * b:.2f}%"
+    return df, f"stream {pct(s)} vs {base} {pct(b)}"
 
 
 def run_gates(

@@ -7,6 +7,7 @@ from typing import Any
 
 from jobs.accuracy.attribution import CAUSES
 from jobs.report.format import ACCOUNT_TERMS, OTHER_PARTS
+from jobs.spec.shares import pct
 
 _SIGNS = {"cutoff_gain": "+", "left_late": "−", "right_late": "−", "other": "−"}
 
@@ -24,7 +25,7 @@ def render_account(att: dict) -> Any:
         return f"{100 * v / n:+.3f}" if n else "—"
 
     def rate(v: int) -> str:
-        return f"{100 * v / n:.3f}%" if n else "—"
+        return pct(v / n, 3) if n else "—"
 
     t = Table(title=f"ds {a['ds']}: stream − {a['baseline']} = the sum of the terms ({n:,} left events)")
     for h, j in (("", "left"), ("left events", "right"), ("pp", "right"), ("sample left ids", "left")):

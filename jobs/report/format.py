@@ -6,11 +6,11 @@ formats them, :func:`jobs.spec.duration.duration_seconds` reads them (``"-3h"``,
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Any
 
 from jobs.spec.duration import duration_seconds, fmt_duration
+from jobs.spec.shares import DASH, num, pct
 
 __all__ = [
     "DASH",
@@ -38,7 +38,6 @@ __all__ = [
     "fmt_spec_duration",
 ]
 
-DASH = "—"
 
 #: The paper's three batch baselines (§7.1), the cut-off-free reference and the streaming join, in
 #: report order (the same order as ``jobs.join.variants.VARIANTS``, which the tests check).
@@ -120,21 +119,10 @@ EXTRA_COLORS = ("#0ea5e9", "#a16207", "#be185d", "#4d7c0f", "#7c3aed")
 UPPER_PALETTE = ("#5eead4", "#0891b2", "#1e40af", "#312e81")
 
 
-def num(v: Any) -> float | None:
-    """A finite float, or None for None/NaN/inf/non-numbers."""
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def fmt_pct(v: Any, digits: int = 2) -> str:
-    """A fraction as a percentage: ``0.925 -> "92.50%"``; missing -> "—"."""
-    f = num(v)
-    return DASH if f is None else f"{100 * f:.{digits}f}%"
+    """A fraction as a percentage: ``0.925 -> "92.50%"``; missing -> "—" (the one rule: never
+    100% for less than all)."""
+    return pct(v, digits)
 
 
 def fmt_pp(v: Any, digits: int = 2) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from jobs.operate.stream_health import Check, StreamHealth
 from jobs.report.format import DASH, fmt_bytes, fmt_duration, fmt_int
+from jobs.spec.shares import pct
 
 #: Row labels, in the order checks are shown.
 LABELS = {
@@ -33,7 +34,7 @@ def fmt_value(v: float | None, kind: str) -> str:
     if kind == "duration":
         return fmt_duration(v) if v >= 0 else "-" + fmt_duration(-v)
     if kind == "rate":
-        return f"{100 * v:.2f}%"
+        return pct(v)
     return fmt_int(v)
 
 

@@ -336,6 +336,8 @@ def test_write_latest_pointer_on_its_own(tmp_path):
         (1, "100.00%"),
         (0, "0.00%"),
         (0.92444, "92.44%"),
+        (999_999 / 1_000_000, "99.99%"),  # not all: never "100.00%"
+        (1 / 10_000_000, "0.01%"),  # not nothing: never "0.00%"
         (None, "—"),
         (float("nan"), "—"),
         ("x", "—"),
@@ -347,6 +349,7 @@ def test_fmt_pct(v, expected):
 
 def test_fmt_pct_digits():
     assert fmt_pct(0.9957, 1) == "99.6%"
+    assert fmt_pct(9_999 / 10_000, 1) == "99.9%"
 
 
 @pytest.mark.parametrize(
