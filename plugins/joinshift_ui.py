@@ -651,7 +651,7 @@ def _pipeline(pdir: Path, report_mod: Any) -> dict:
         latest = {r["variant"]: r["values"][-1] for r in mr["rows"]}
         s, b = latest.get("stream"), latest.get(baseline)
         if s is not None and b is not None:
-            p["diff_class"] = "good" if 100 * (s - b) >= -tol - 1e-9 else "bad"
+            p["diff_class"] = "good" if report_mod.within_tolerance(s, b, tol) else "bad"
     return p
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -91,9 +92,15 @@ def _least(df: pd.DataFrame, first: str, then: str) -> pd.Series:
     return d.iloc[0].drop("_k")
 
 
+def reaches_floor(rate: Any, limits: Limits) -> Any:
+    """Whether a predicted match rate (or a Series of them) reaches the floor: within a tie of it
+    counts (what the recommendation calls "within the tolerance", and what :func:`relax` leaves)."""
+    return True if limits.floor_rate is None else rate >= limits.floor_rate - TIE_PP / 200
+
+
 def at_floor(df: pd.DataFrame, limits: Limits) -> pd.DataFrame:
-    """The candidates whose match rate reaches the floor (all of them with none; within a tie)."""
-    return df if limits.floor_rate is None else df[df.match_rate >= limits.floor_rate - TIE_PP / 200]
+    """The candidates whose match rate reaches the floor (all of them with none)."""
+    return df if limits.floor_rate is None else df[reaches_floor(df.match_rate, limits)]
 
 
 def relax(df: pd.DataFrame, limits: Limits) -> list[str]:

@@ -34,6 +34,7 @@ from jobs.accuracy.lateness import Cadence
 from jobs.accuracy.state_model import memory_model
 from jobs.accuracy.tradeoff import StreamLateness, evaluate, observe, per_ds_rates, stream_lateness
 from jobs.spec import Engine, JoinSpec, fmt_duration, format_duration
+from jobs.spec.shares import pct
 from jobs.storage import fs
 from jobs.storage.stream_runs import rate_label, read_runs
 
@@ -310,7 +311,7 @@ def recommend(
         budgets["output_latency_s"],
         budgets["state_memory_bytes"],
         None if base_rate is None else base_rate - tol / 100,
-        f"within {tol:g} pp of {baseline}" + ("" if base_rate is None else f" ({100 * base_rate:.2f}%)"),
+        f"within {tol:g} pp of {baseline}" + ("" if base_rate is None else f" ({pct(base_rate)})"),
     )
     for _ in range(REFINE_ROUNDS if refine and not paced else 0):
         for wins, combos in frontier.refinement(grid, axes, limits):
@@ -347,7 +348,7 @@ def recommend(
     )
     if ref is None:
         ref = deployed.window_rate
-    within = None if base_rate is None else chosen.match_rate >= base_rate - tol / 100 - 1e-12
+    within = None if base_rate is None else bool(frontier.reaches_floor(chosen.match_rate, limits))
     relax = frontier.relax(grid, limits) if (not fits or within is False) else []
     if paced and relax and spec.streaming.paced.pt_percentile < RELAX_PT_PERCENTILE:  # the frontier's windows
         wins = sorted({(c.lower_s, c.upper_s) for c in front} | {dep[:2]})

@@ -33,7 +33,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from jobs.spec import JoinSpec, fmt_duration
-from jobs.spec.shares import pct
+from jobs.spec.shares import pct, within_tolerance
 from jobs.storage.stream_runs import BACKLOG
 
 STAGES = ("shadow", "canary", "cutover", "retired")
@@ -135,7 +135,7 @@ def evaluate_day(m: Measurements, slo: Slo) -> list[Check]:
         # a backlog read in large micro-batches rarely fires the watermark: its rate says nothing
         # of what the live stream would do, so the day cannot count toward a promotion
         backlog = m.stream_run == BACKLOG
-        ok = not backlog and diff >= -slo.tolerance_pp - 1e-9
+        ok = not backlog and within_tolerance(m.stream_rate, m.baseline_rate, slo.tolerance_pp)
         if backlog:
             detail = (
                 f"match rate {_pp(diff)} is an upper bound (backlog run): run the day live or "

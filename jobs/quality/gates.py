@@ -54,7 +54,7 @@ from jobs.quality.suites import (
 )
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
-from jobs.spec.shares import pct
+from jobs.spec.shares import gap_pp, pct
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuite
@@ -247,7 +247,7 @@ def accuracy_frame(
     s, b = rows["stream"]["match_rate"], rows[base]["match_rate"]
     if s is None or b is None:
         return None, f"no left events on ds {ds}: match rates undefined"
-    diff = round(100 * (s - b), 9)  # rounding keeps an exact −tolerance from failing on float noise
+    diff = gap_pp(s, b)  # its expectation: >= -tolerance, as jobs.spec.shares.within_tolerance
     df = spark.createDataFrame(
         [(ds, float(s), float(b), diff)],
         f"ds date, stream_match_rate double, baseline_match_rate double, {ACCURACY_DIFF} double",

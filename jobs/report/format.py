@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobs.spec.duration import duration_seconds, fmt_duration
-from jobs.spec.shares import DASH, num, pct
+from jobs.spec.shares import DASH, num, pct, within_tolerance
 
 __all__ = [
     "DASH",
@@ -36,6 +36,7 @@ __all__ = [
     "parse_seconds",
     "parse_window",
     "fmt_spec_duration",
+    "within_tolerance",
 ]
 
 

@@ -47,6 +47,7 @@ from jobs.report.format import (
     fmt_window,
     num,
     parse_window,
+    within_tolerance,
 )
 from jobs.report.model import ReportData
 from jobs.report.plot_pareto import plot_pareto
@@ -88,6 +89,7 @@ __all__ = [
     "fmt_window",
     "fmt_timestamp",
     "parse_window",
+    "within_tolerance",
     "recommendation_sentence",
     "VARIANTS",
     "VARIANT_LABELS",

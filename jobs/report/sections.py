@@ -30,6 +30,7 @@ from jobs.report.format import (
     num,
     parse_window,
     pp_between,
+    within_tolerance,
 )
 
 
@@ -119,7 +120,7 @@ def headline(data: dict, mr: dict | None, gates: list[dict], rec_sentence: str |
         h["stream_avg"], h["base_avg"] = mr["avg"].get("stream"), mr["avg"].get(baseline)
         h["days"] = len(mr["by_ds"])
         if h["diff_pp"] is not None and tol is not None:
-            h["within"] = h["diff_pp"] >= -tol - 1e-9
+            h["within"] = within_tolerance(h["stream"], h["base"], tol)
     failed = [g for g in gates if g.get("success") is False]
     h["gates_failed"] = failed
     if h["within"] is False or failed:

@@ -34,3 +34,15 @@ def pct(v: Any, digits: int = 2) -> str:
     elif shown <= 0 < f:
         shown = step
     return f"{shown:.{digits}f}%"
+
+
+def gap_pp(rate: float, baseline: float) -> float:
+    """The stream's rate less the baseline's, in percentage points; rounded at 1e-9 pp so that a
+    gap of exactly the tolerance is not failed by float noise."""
+    return round(100 * (rate - baseline), 9)
+
+
+def within_tolerance(rate: float, baseline: float, tolerance_pp: float) -> bool:
+    """The one verdict on a measured day (gate, GX gate, report, UI): the stream's match rate is
+    at least the baseline's less ``accuracy.tolerance_pp``."""
+    return gap_pp(rate, baseline) >= -tolerance_pp

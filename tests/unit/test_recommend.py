@@ -199,6 +199,27 @@ def test_when_nothing_fits_it_says_which_budget_to_relax_and_by_how_much():
     assert frontier.relax(df, frontier.Limits(7200, None, lim.floor_rate, "")) == []  # something fits
 
 
+def test_a_choice_within_a_tie_of_the_floor_is_within_the_tolerance_and_needs_no_relaxing():
+    """The recommendation's "within the tolerance" is the frontier's floor (a tie of it counts):
+    a choice 0.003 pp under it had been called outside the tolerance with no budget to relax."""
+    df = _cands([(-600, 600, 60, 300, 0.88997, 1200, 1e6)])
+    lim = frontier.Limits(3600, None, 0.9000 - 0.01, "within 1 pp of batch_1d_windowed (90.00%)")
+    chosen = frontier.choose(df, lim)
+    assert chosen is not None and frontier.reaches_floor(chosen.match_rate, lim)
+    assert frontier.relax(df, lim) == []
+    under = _cands([(-600, 600, 60, 300, 0.88990, 1200, 1e6)])  # 0.01 pp under: no tie
+    assert not frontier.reaches_floor(under.match_rate.iloc[0], lim)
+    assert "relaxing a budget cannot reach it" in frontier.relax(under, lim)[0]
+
+
+def test_the_one_verdict_on_a_measured_day_passes_a_gap_of_exactly_the_tolerance():
+    from jobs.spec.shares import gap_pp, within_tolerance
+
+    assert within_tolerance(0.935 - 0.015, 0.935, 1.5)  # -1.5 pp, float noise and all
+    assert not within_tolerance(0.935 - 0.0151, 0.935, 1.5)
+    assert gap_pp(0.92, 0.935) == -1.5
+
+
 def test_a_paced_spec_that_fits_nothing_is_told_the_pt_percentile_that_would():
     """The paced engine's windows run again at a higher PT percentile: the best of them within the
     budgets and the floor, with its first answers; nothing when none fits there either."""
