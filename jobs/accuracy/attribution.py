@@ -377,6 +377,8 @@ def account_ds(
         other_gain=len(other_ids),
         samples={k: ids[:samples] for k, ids in (("cutoff_gain", cut_ids), ("other_gain", other_ids)) if ids},
     )
+    # those unclassified misses are "other" too: the causes add up to every miss (B∖S)
+    counts["other"] = account.unexplained
     return Attribution(
         account=account,
         counts=counts,

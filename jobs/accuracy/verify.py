@@ -133,7 +133,7 @@ def measure(spark, trial: JoinSpec, source: JoinSpec, days: list[date], s=None) 
     """(matched left events per ds, landed left events per ds, output-row latencies in s) of a trial run."""
     from pyspark.sql import functions as F
 
-    from jobs.join.columns import REVISION, col_name, output_latency_s
+    from jobs.join.columns import col_name
     from jobs.storage import delta_io
     from jobs.storage.tables import Tables
 
@@ -145,10 +145,21 @@ def measure(spark, trial: JoinSpec, source: JoinSpec, days: list[date], s=None) 
     }
     landed = delta_io.read_table(spark, Tables.of(source, s).landed("left")).where(F.col("ds").isin(days))
     left = {str(r["ds"]): int(r["n"]) for r in landed.groupBy("ds").agg(F.count("*").alias("n")).collect()}
-    if REVISION in out.columns:  # the paced engine's corrections: its latency is the first answer's
+    return matched, left, first_answer_latencies(out, trial)
+
+
+def first_answer_latencies(out: Any, spec: JoinSpec) -> np.ndarray:
+    """Output-row latencies (s) of the first answers: the one row set whose p99
+    (:func:`jobs.accuracy.tradeoff.p99`) is predicted, verified and held to the latency budget.
+    The paced engine's corrections are later answers: its latency is the first answer's."""
+    from pyspark.sql import functions as F
+
+    from jobs.join.columns import REVISION, output_latency_s
+
+    if REVISION in out.columns:
         out = out.where(F.col(REVISION) == 0)
-    lat: Any = out.select(output_latency_s(trial).alias("s")).toPandas()
-    return matched, left, lat.s.to_numpy(dtype=float)
+    lat: Any = out.select(output_latency_s(spec).alias("s")).toPandas()
+    return lat.s.to_numpy(dtype=float)
 
 
 def clear_trial(trial: JoinSpec, s=None) -> None:

@@ -7,9 +7,10 @@
   land (they are in the quarantine table), so every landed left event must be accounted for. For
   an inner join only left events the stream's window finds a right event for (among the right
   events it did not drop as late) are expected in the output;
-* p99 latency: ``emitted_at`` - the row's latest event time over the day's output rows
-  (:func:`jobs.join.columns.output_latency_s`), when the stream's
-  output has an ``emitted_at`` column (a paced replay writes it); otherwise "not measured";
+* p99 latency: ``emitted_at`` - the row's latest event time over the day's first answers
+  (:func:`jobs.join.columns.output_latency_s`), by the p99 rule the recommendation predicts and
+  verifies with, when the stream's output has an ``emitted_at`` column (a paced replay writes
+  it); otherwise "not measured";
 * restarts: the supervisor's health samples of the day whose state made it restart (``exited``,
   ``stalled``); no samples: the stream is not supervised, "not measured".
 """
@@ -17,13 +18,14 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta
+import math
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.join.columns import EMITTED_AT, col_name, output_latency_s
+from jobs.join.columns import EMITTED_AT, col_name
 from jobs.operate.gate import Measurements
 from jobs.operate.health import health_log
 from jobs.settings import Settings
@@ -40,13 +42,14 @@ RESTART_STATES = ("exited", "stalled")
 def unexplained_misses(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> int:
     """Left events the baseline matched and the stream did not, for no reason the account names.
 
-    The one place the gate reads the miss account: today its ``other`` and ``not_yet_processed``
-    causes (the compare DAG runs once the stream is done with the day, so unread is unexplained).
+    The one place the gate reads the miss account: its ``unexplained`` misses (a baseline match
+    whose left event did not land on the ds included) and its ``not_yet_processed`` ones (the
+    compare DAG runs once the stream is done with the day, so unread is unexplained).
     """
     from jobs.accuracy.attribution import attribute_misses
 
-    counts = attribute_misses(spark, spec, ds, s=s, samples=0)["counts"]
-    return int(counts.get("other", 0)) + int(counts.get("not_yet_processed", 0))
+    account = attribute_misses(spark, spec, ds, s=s, samples=0)["account"]
+    return int(account["unexplained"]) + int(account["not_yet_processed"])
 
 
 def match_rates(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> dict[str, tuple]:
@@ -62,16 +65,15 @@ def lost_left_events(
     spark: SparkSession, spec: JoinSpec, ds: date, output: DataFrame, s: Settings | None = None
 ) -> tuple[int, int]:
     """(lost, dropped by the watermark) among the ds's landed left events."""
-    from jobs.accuracy.attribution import stream_view
+    from jobs.accuracy.attribution import reach_days, stream_view
     from jobs.join.conditions import match_condition
     from jobs.storage.progress import JOIN_QUERY, read_progress
 
     tables = Tables.of(spec, s)
     progress = read_progress(tables.progress_log(JOIN_QUERY))
     landed_l = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
-    landed_r = delta_io.read_table(spark, tables.landed("right")).where(
-        F.col("ds").between(F.lit(ds - timedelta(days=1)), F.lit(ds + timedelta(days=1)))
-    )
+    first, last = reach_days(spec, ds)  # a window over a day reaches further than ds ± 1
+    landed_r = delta_io.read_table(spark, tables.landed("right")).where(F.col("ds").between(F.lit(first), F.lit(last)))
     left, right = stream_view(spark, spec, landed_l, landed_r, progress)
     lid = spec.left.id
     emitted = output.select(F.col(col_name("left", lid)).alias(lid)).distinct()
@@ -92,11 +94,15 @@ def lost_left_events(
 
 
 def latency_p99_s(output: DataFrame, spec: JoinSpec) -> float | None:
-    """p99 output latency (s) over the day's output rows; None without the column."""
+    """p99 output latency (s) of the day's first answers, by the rule the recommendation predicts
+    and verifies with (:func:`jobs.accuracy.tradeoff.p99`); None without the column or rows."""
+    from jobs.accuracy.tradeoff import p99
+    from jobs.accuracy.verify import first_answer_latencies
+
     if EMITTED_AT not in output.columns:
         return None
-    row = output.select(F.percentile(output_latency_s(spec), 0.99).alias("p99")).first()
-    return None if row is None or row.p99 is None else float(row.p99)
+    v = p99(first_answer_latencies(output, spec))
+    return None if math.isnan(v) else v
 
 
 def restarts_of_day(spec: JoinSpec, ds: date, s: Settings | None = None) -> int | None:

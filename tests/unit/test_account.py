@@ -89,6 +89,17 @@ def test_every_left_event_lands_in_one_term_and_the_terms_add_up(spark, baseline
     assert d["missed_by_stream"] == 5 and d["account"]["difference"] == -3 and d["account"]["other"] == a.other
 
 
+def test_a_baseline_match_whose_left_event_did_not_land_on_the_ds_is_an_unexplained_miss(spark):
+    """L10 is in the baseline's output of the ds (a batch table whose ds is not the arrival day)
+    and not among the ds's landed left events: no cause can be found for it, and it is counted
+    as unexplained in the account and in the causes alike, which add up to every miss."""
+    left, right, stream, base = _frames(spark)
+    base = base.unionByName(spark.createDataFrame([(DS, "L10", "R10", ts("12:30:00"))], OUTPUT))
+    att = account_ds(tiny_spec(), DS, "batch_1d_2d", left, right, stream, base, samples=5)
+    assert att.account.unexplained == 2 and att.counts["other"] == 2
+    assert sum(att.counts.values()) == att.to_dict()["missed_by_stream"] == 6
+
+
 def test_pp_terms_are_the_counts_over_the_left_events():
     a = Account(
         ds="2026-11-20",

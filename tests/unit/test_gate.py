@@ -175,3 +175,30 @@ def test_the_cutover_section_parses_durations_and_rejects_bad_values(demo_spec_d
     data["cutover"] = {"days_required": 0}
     with pytest.raises(SpecError, match="cutover.days_required"):
         parse_spec(data)
+
+
+def test_the_gates_p99_latency_is_the_recommendations_p99_of_first_answers(spark):
+    """990 rows answered after 30 s and 10 after 900 s: the recommendation predicts and verifies
+    900 s (its p99, the upper empirical quantile); Spark's interpolated percentile said 38.7 s,
+    so the gate passed a 60 s budget the recommendation said nothing fits. A later answer (the
+    paced engine's correction, revision 1) is not a first answer."""
+    from datetime import UTC, datetime
+
+    from tiny_spec import tiny_spec
+
+    from jobs.accuracy.tradeoff import p99
+    from jobs.join.columns import EMITTED_AT, REVISION, col_name
+    from jobs.operate.gate_measure import latency_p99_s
+
+    spec = tiny_spec()
+    t0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    after = [30] * 990 + [900] * 10
+    cols = f"{col_name('left', 't')} timestamp, {col_name('right', 't')} timestamp, {EMITTED_AT} timestamp"
+    rows = [(t0, None, t0 + timedelta(seconds=s)) for s in after]
+    out = spark.createDataFrame(rows, cols)
+    assert latency_p99_s(out, spec) == p99(after) == 900.0
+    corrected = spark.createDataFrame(
+        [(*r, 0) for r in rows] + [(t0, t0, t0 + timedelta(hours=5), 1)] * 20, f"{cols}, {REVISION} int"
+    )
+    assert latency_p99_s(corrected, spec) == 900.0
+    assert latency_p99_s(out.drop(EMITTED_AT), spec) is None
