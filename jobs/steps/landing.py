@@ -3,7 +3,8 @@
 A warehouse partitions logs by when they arrived, so the daily cut-off is real: a click that
 happens at 23:59 and arrives at 00:10 lands in the next ds. Bad records go to the quarantine
 table with the reason and the raw payload; every record of the ds is accounted for
-(``records == landed + quarantined``). Rerunning a ds replaces that ds only.
+(``records == landed + quarantined``). Rerunning a ds replaces that ds only, and only from a topic
+that still holds all of it (else :class:`jobs.storage.kafka.RetentionGap`, the landed day kept).
 
 Run one ds::
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from pyspark.sql import DataFrame, SparkSession
@@ -73,6 +74,24 @@ def read_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date, tables: Ta
     return land_records(raw, stream, spec, seen).where(F.col("ds") == F.lit(ds))
 
 
+def _holds_what_landed(spark: SparkSession, spec: JoinSpec, side: str, ds: date, path: str, bootstrap: str) -> None:
+    """Landing a ds again replaces it: only from a topic that still holds all of it. Kafka's
+    retention (or a deleted topic) would otherwise turn a landed day into its remains, silently."""
+    if not delta_io.table_exists(spark, path) or delta_io.read_table(spark, path).where(F.col("ds") == ds).isEmpty():
+        return
+    stream = spec.side(side)
+    start_ms = ds_bounds_ms(ds, spec.timezone)[0]
+    if stream.format.arrival_field:
+        start_ms -= int(stream.format.arrival_slack.total_seconds() * 1000)
+    keep = f"ds {ds} of {stream.name} stays as it was landed; land again only days the topic still holds"
+    try:
+        kafka.offsets_for_time(bootstrap, stream.topic, datetime.fromtimestamp(start_ms / 1000, UTC), advice=keep)
+    except kafka.RetentionGap:
+        raise
+    except RuntimeError:  # the topic is gone
+        raise kafka.RetentionGap(f"topic {stream.topic} does not exist on {bootstrap}; {keep}") from None
+
+
 def land_ds(
     spark: SparkSession, spec: JoinSpec, side: str, ds: date, s: Settings | None = None, bootstrap: str | None = None
 ) -> LandingResult:
@@ -81,6 +100,7 @@ def land_ds(
     stream = spec.side(side)
     landed_path = tables.landed(side)
     bootstrap = bootstrap or kafka.bootstrap_servers(tables.settings)
+    _holds_what_landed(spark, spec, side, ds, landed_path, bootstrap)
     parsed = read_ds(spark, spec, side, ds, tables, bootstrap).persist()
     try:
         delta_io.replace_partitions(

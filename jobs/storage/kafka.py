@@ -20,7 +20,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.settings import Settings, settings
-from jobs.storage.kafka_config import client_properties, python_client_config, spark_options
+from jobs.storage.kafka_config import (
+    MAX_RECORD_BYTES,
+    TOPIC_CONFIGS,
+    client_properties,
+    python_client_config,
+    spark_options,
+)
 from jobs.storage.processes import pid_alive
 
 log = logging.getLogger("joinshift.kafka")
@@ -28,19 +34,6 @@ log = logging.getLogger("joinshift.kafka")
 #: One timeout policy for every kafka-python client (ms).
 REQUEST_TIMEOUT_MS = 10_000
 BOOTSTRAP_TIMEOUT_MS = 5_000
-
-_LONG_MAX = 9223372036854775807
-#: The largest record joinshift's producers send, and the topics it creates take (brokers default to 1 MiB).
-MAX_RECORD_BYTES = 8 * 1024 * 1024
-#: Configs of every topic joinshift creates: days-old records kept and accepted, whatever the cluster's defaults.
-TOPIC_CONFIGS: dict[str, str] = {
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "message.timestamp.type": "CreateTime",
-    "message.timestamp.before.max.ms": str(_LONG_MAX),
-    "message.timestamp.after.max.ms": str(_LONG_MAX),
-    "max.message.bytes": str(MAX_RECORD_BYTES),
-}
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
@@ -266,10 +259,17 @@ def read_ranges(
 
 
 class RetentionGap(RuntimeError):
-    """Kafka no longer holds the records a replay needs."""
+    """Kafka no longer holds the records a replay (or a landing) needs."""
 
 
-def offsets_for_time(bootstrap: str, topic: str, start: datetime) -> dict[str, int]:
+#: What a replay does when Kafka no longer holds its start (:class:`RetentionGap`'s advice).
+REBUILD_ADVICE = (
+    "the window cannot be rebuilt from Kafka. Rebuild it from the landed Delta tables instead "
+    "(land the days, then run the batch join for them) or choose a later cut-over"
+)
+
+
+def offsets_for_time(bootstrap: str, topic: str, start: datetime, advice: str = REBUILD_ADVICE) -> dict[str, int]:
     """Per partition, the first offset whose timestamp is >= start; :class:`RetentionGap` when
     retention deleted records from ``start`` on (offsets-for-times would quietly answer with the
     earliest retained record instead)."""
@@ -292,9 +292,7 @@ def offsets_for_time(bootstrap: str, topic: str, start: datetime) -> dict[str, i
                     oldest = datetime.fromtimestamp(first.timestamp / 1000, UTC) if first else None
                     raise RetentionGap(
                         f"{topic}[{tp.partition}] no longer holds records from {start.isoformat()}: the oldest "
-                        f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; the window "
-                        "cannot be rebuilt from Kafka. Rebuild it from the landed Delta tables instead "
-                        "(land the days, then run the batch join for them) or choose a later cut-over"
+                        f"retained record is from {oldest.isoformat() if oldest else 'nothing retained'}; {advice}"
                     )
             hit = found.get(tp)
             out[str(tp.partition)] = hit.offset if hit is not None else latest[tp]

@@ -18,6 +18,18 @@ from typing import Any
 
 from jobs.settings import SECRET_REFERENCE, Settings, SettingsError
 
+_LONG_MAX = 9223372036854775807
+#: The largest record joinshift's producers send, and the topics it creates take (brokers default to 1 MiB).
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+#: Configs of every topic joinshift creates: days-old records kept and accepted, whatever the cluster's defaults.
+TOPIC_CONFIGS: dict[str, str] = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "message.timestamp.type": "CreateTime",
+    "message.timestamp.before.max.ms": str(_LONG_MAX),
+    "message.timestamp.after.max.ms": str(_LONG_MAX),
+    "max.message.bytes": str(MAX_RECORD_BYTES),
+}
 _JAAS_ARG = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Properties Spark's Kafka source sets itself and refuses as options (it would throw).
 SPARK_MANAGED = {

@@ -118,3 +118,52 @@ def test_a_day_of_a_topic_not_made_yet_lands_nothing(spark, kafka, own_pipeline_
     spec = own_pipeline_spec("landing_no_topic")
     result = land_ds(spark, spec, "left", DAY, test_settings, bootstrap=kafka)
     assert (result.records, result.landed, result.quarantined_total) == (0, 0, 0)
+
+
+def test_a_landed_day_the_topic_no_longer_holds_all_of_is_kept_not_replaced_by_its_remains(
+    spark, kafka, own_pipeline_spec, test_settings, tmp_path, capsys
+):
+    """Landing a ds again replaces it. After Kafka's retention deleted its first records (or the
+    topic itself), the landed day became what was left of it, silently; the runbooks send
+    operators to re-land days exactly then."""
+    from kafka import TopicPartition
+
+    from jobs.cli import main
+    from jobs.spec import write_spec
+    from jobs.steps.landing import land_ds
+    from jobs.storage import kafka as kafka_io
+    from jobs.storage.tables import Tables
+
+    spec = own_pipeline_spec("landing_retention")
+    _one_partition_topics(kafka, spec)
+    day = datetime(2026, 11, 20, tzinfo=UTC)
+    _publish(kafka, spec.left.topic, {"L1": day + timedelta(hours=10), "L2": day + timedelta(hours=12)})
+    _publish(kafka, spec.left.topic, {"L3": day + timedelta(days=1, hours=10)})
+
+    def landed(ds) -> list[str]:
+        rows = spark.read.format("delta").load(Tables.of(spec, test_settings).landed("left")).where(f"ds = '{ds}'")
+        return sorted(r.event_id for r in rows.select("event_id").collect())
+
+    land_ds(spark, spec, "left", DAY, test_settings, bootstrap=kafka)
+    assert landed(DAY) == ["L1", "L2"]
+    admin = kafka_io.admin_client(kafka)
+    try:
+        admin.delete_records({TopicPartition(spec.left.topic, 0): 1})  # retention took L1
+    finally:
+        admin.close()
+
+    path = str(write_spec(spec, tmp_path / "landing_retention.yaml"))
+    with pytest.raises(SystemExit) as refused:
+        main(["land", "--spec", path, "--ds", str(DAY)])
+    assert refused.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"joinshift land: {spec.left.topic}[0] no longer holds records from 2026-11-20T00:00:00+00:00: the oldest "
+        f"retained record is from 2026-11-20T12:00:00+00:00; ds 2026-11-20 of {spec.left.name} stays as it was "
+        "landed; land again only days the topic still holds"
+    ), err
+    assert landed(DAY) == ["L1", "L2"]
+    # a day it still holds lands (the first time, or again)
+    land_ds(spark, spec, "left", DAY + timedelta(days=1), test_settings, bootstrap=kafka)
+    land_ds(spark, spec, "left", DAY + timedelta(days=1), test_settings, bootstrap=kafka)
+    assert landed(DAY + timedelta(days=1)) == ["L3"]
