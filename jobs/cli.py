@@ -453,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         message, code = str(exc), exc.code
     except user_errors() as exc:
         message = str(exc) or type(exc).__name__
-        code = commands.EXIT_USAGE if type(exc).__name__ in ("SpecError", "GridError", "SettingsError") else 1
+        # refused as asked: running it again gets the same answer (a supervisor does not restart it)
+        refused = ("SpecError", "GridError", "SettingsError", "CheckpointSpecMismatch")
+        code = commands.EXIT_USAGE if type(exc).__name__ in refused else 1
     except KeyboardInterrupt:  # Ctrl-C: Spark's jobs are cancelled (pyspark's handler); no traceback
         message, code = "interrupted", 130
     except OSError as exc:

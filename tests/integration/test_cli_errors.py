@@ -91,8 +91,12 @@ def test_configuration_errors_are_one_line_in_a_fresh_process(tmp_path):
     ), res.stderr
 
 
-def test_commands_before_their_inputs_exist_say_which_command_makes_them(spark, kafka, cli_spec, capsys):
-    _, path = cli_spec
+def test_commands_before_their_inputs_exist_say_which_command_makes_them(
+    spark, kafka, own_pipeline_spec, tmp_path, capsys
+):
+    from jobs.spec import write_spec
+
+    path = str(write_spec(own_pipeline_spec("cli_no_inputs"), tmp_path / "cli_no_inputs.yaml"))  # nothing landed
     assert "joinshift land --ds 2026-11-20" in fails(["batch", "--spec", path, "--ds", "2026-11-20"], capsys)
     assert "joinshift land --ds 2026-11-20" in fails(["compare", "--spec", path, "--ds", "2026-11-20"], capsys)
     assert "joinshift stream" in fails(["attribute", "--spec", path, "--ds", "2026-11-20"], capsys)
@@ -159,12 +163,22 @@ def test_the_last_day_waits_for_its_next_right_day_and_everything_else_is_comput
     assert [(r.left_event_id, r.right_event_id) for r in ref.collect()] == [("L2", "R2")]
 
 
-def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec, tmp_path):
+def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, own_pipeline_spec, tmp_path, capsys):
     """A fresh process (its own JVM) for a batch join and a stream increment: the JVM's start-up
     notice, Spark's warnings and the listener bus at exit leave stderr empty. Both run to their
     end, so their drivers run the throughput collector (each JVM's own log); the continuous
-    stream's keeps G1 (``test_restart_dags``)."""
-    _, path = cli_spec
+    stream's keeps G1 (``test_restart_dags``). A pipeline of its own, landed here: it runs alone."""
+    from jobs.spec import write_spec
+
+    spec = own_pipeline_spec("cli_quiet")
+    path = str(write_spec(spec, tmp_path / "cli_quiet.yaml"))
+    publish(
+        kafka,
+        spec,
+        [left("L1", "s1", at(20, "10:00"), at(20, "10:00", 5)), right("R1", "s1", at(20, "10:10"), at(20, "10:11"))],
+    )
+    assert main(["land", "--spec", path, "--ds", "2026-11-20"]) == 0
+    capsys.readouterr()
     collectors = {}
     for args in (["batch", "--ds", "2026-11-20", "--variant", "batch_1d_1d"], ["stream", "--available-now"]):
         gc_log = tmp_path / f"gc-{args[0]}.log"
@@ -180,6 +194,12 @@ def test_runs_that_succeed_print_nothing_on_stderr(spark, kafka, cli_spec, tmp_p
         assert res.stderr == "", f"{args[0]} printed on stderr:\n{res.stderr}"
         collectors[args[0]] = re.findall(r"\[gc\] Using (\w+)", gc_log.read_text())
     assert collectors == {"batch": ["Parallel"], "stream": ["Parallel"]}
+    # the checkpoint the increment built refuses a window it cannot continue: exit 2, which a
+    # supervisor does not restart (the same answer every time), not 1
+    narrower = spec.with_window(spec.window.lower / 2, spec.window.upper)
+    refused = fails(["stream", "--spec", str(write_spec(narrower, tmp_path / "narrower.yaml")), "--available-now"],
+                    capsys, code=2)  # fmt: skip
+    assert "cannot continue (window.lower" in refused and "runbook change_the_window" in refused
 
 
 def test_an_import_with_a_row_too_large_for_kafka_is_refused_before_any_row_is_sent(
