@@ -278,7 +278,7 @@ def test_backup_copies_everything_and_leaves_the_original(run):
         backup_checkpoint(cp.parent / "does_not_exist")
 
 
-def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
+def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch, tmp_path):
     from jobs.cli import main
 
     def checkpoint_cli(argv: list[str]) -> int:  # `joinshift checkpoint ...`
@@ -298,14 +298,17 @@ def test_cli_validate_backup_and_inspect(spark, run, capsys, monkeypatch):
     assert checkpoint_cli(["backup", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
     assert Path(json.loads(capsys.readouterr().out)["backup"]).is_dir()
 
-    # no broker running: inspect still works, lag "unknown"
-    import jobs.storage.kafka
+    # no broker known (no embedded one, no JOINSHIFT_KAFKA_BOOTSTRAP): inspect still works, lag "unknown"
+    from jobs.settings import settings
 
-    def no_broker(*_a, **_k):
-        raise RuntimeError("No Kafka broker")
-
-    monkeypatch.setattr(jobs.storage.kafka, "bootstrap_servers", no_broker)
-    assert checkpoint_cli(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
+    monkeypatch.setenv("JOINSHIFT_KAFKA_HOME", str(tmp_path / "no-kafka"))
+    monkeypatch.delenv("JOINSHIFT_KAFKA_BOOTSTRAP", raising=False)
+    settings.cache_clear()
+    try:
+        assert checkpoint_cli(["inspect", "--spec", spec_file, "--checkpoint", str(cp), "--json"]) == 0
+    finally:
+        monkeypatch.undo()
+        settings.cache_clear()
     info = json.loads(capsys.readouterr().out)
     assert info["kafka"]["lag"] == "unknown" and "joinshift kafka start" in info["kafka"]["reason"]
     assert info["state"]["status"] == "ok" and info["state"]["right"]["rows"] == 5

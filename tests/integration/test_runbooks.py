@@ -31,7 +31,7 @@ def _run(argv: list[str]) -> int:
 @pytest.fixture(scope="module")
 def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     """A running pipeline's world: its spec file, data in Kafka, one stream increment, the
-    landed days and their batch join."""
+    landed days, their batch join and its comparison (each runbook test can run alone)."""
     from jobs.spec import write_spec
     from jobs.storage.kafka import create_topic
     from jobs.workload.generator import generate
@@ -53,6 +53,7 @@ def deployed(spark, kafka, demo_spec, own_pipeline_spec, test_root):
     # late clicks land in the next ds, which batch_1d_2d reads
     assert _run(["land", "--spec", str(spec_file), "--ds", str(DAY), "--to", str(DAY + timedelta(days=1))]) == 0
     assert _run(["batch", "--spec", str(spec_file), "--ds", str(DAY)]) == 0
+    assert _run(["compare", "--spec", str(spec_file), "--ds", str(DAY)]) == 0  # each runbook may start at report
 
     new_spec = write_spec(rb.with_window(rb.window.lower / 2, rb.window.upper), test_root / NAME / "new_window.yaml")
     return {

@@ -382,7 +382,7 @@ def test_a_broken_report_does_not_hide_the_others(plugin, reports_root, tmp_path
     assert "<script>" not in r.text and "<b>wide</b>" not in r.text and "&lt;b&gt;wide" in r.text
 
 
-def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, monkeypatch):
+def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager):
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
     with _client(plugin, reports_root, authenticated=False) as c:
@@ -416,8 +416,12 @@ def test_auth_with_airflows_auth_manager(plugin, reports_root, auth_manager, mon
         assert r.status_code == 200 and "daily accuracy report" in r.text
         assert c.get("/joinshift/reports/..%2Fsecret.html").status_code == 404
 
-        # authenticated but not allowed to read DAG runs
-        monkeypatch.setattr(type(auth_manager), "is_authorized_dag", lambda self, **kw: False)
+        # authenticated but not allowed to read DAG runs: a user with no role (SimpleAuthManager
+        # authorizes no one without one)
+        c.cookies.clear()
+        nobody = auth_manager.generate_jwt(SimpleAuthManagerUser(username="nobody", role=None))
+        assert c.get("/joinshift/", headers={"authorization": f"Bearer {nobody}"}).status_code == 403
+        c.cookies.set("_token", nobody)
         assert c.get("/joinshift/").status_code == 403
 
 

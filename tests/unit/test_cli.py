@@ -294,6 +294,8 @@ def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(tmp_path):
     import sys
     import time
 
+    import psutil
+
     from jobs.settings import PROJECT_ROOT
 
     workload = tmp_path / "big.yaml"
@@ -309,7 +311,13 @@ def test_ctrl_c_ends_a_command_with_one_line_and_exit_130(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", body], cwd=PROJECT_ROOT, env=env, **pipes)
     try:
         assert proc.stdout.readline() == "ready\n"
-        time.sleep(2)  # inside the command
+        # inside the command: a CPU second of generating after the imports (not a guess of a sleep)
+        worker = psutil.Process(proc.pid)
+        at_ready = worker.cpu_times().user
+        deadline = time.monotonic() + 60
+        while worker.cpu_times().user < at_ready + 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert worker.cpu_times().user >= at_ready + 1, "the command never started generating"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
         assert proc.stderr.read() == "joinshift generate: interrupted\n"
