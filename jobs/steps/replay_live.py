@@ -46,7 +46,7 @@ from jobs.spec import Engine, JoinSpec
 from jobs.storage import aligned_source, delta_io, fs, kafka
 from jobs.storage.hold import current_hold, describe_hold, hold, supervised_stream_pid
 from jobs.storage.progress import JOIN_QUERY, QUARANTINE_QUERY, read_progress, settle_log
-from jobs.storage.spark import release_state_stores
+from jobs.storage.spark import NO_DATA_BATCHES, conf_for, release_state_stores
 from jobs.storage.stream_runs import REPLAY_AS_LIVE, record_run, replay_topics
 from jobs.storage.tables import Tables
 
@@ -223,45 +223,46 @@ def run_paced(
         gate.hold(batch_id)
 
     n, query = 0, None
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    producer = kafka.producer(bootstrap)
-    try:
-        for n, (slice_end_ms, chunk) in enumerate(slices, 1):
-            if len(chunk):
-                if query is not None:
-                    gate.wait_arrival(query)  # the previous slice is written; its query waits
-                for topic, c in publish(chunk, bootstrap, producer=producer).items():  # flushed on return
-                    published[topic] = published.get(topic, 0) + c
-                now[0] = datetime.fromtimestamp(slice_end_ms / 1000, UTC)
-                reading[0] = {"start_ms": slice_end_ms - step, "end_ms": slice_end_ms}
-                if query is None:
-                    (query,) = start_streaming_join(
-                        spark,
-                        spec,
-                        bootstrap=bootstrap,
-                        s=s,
-                        trigger_interval="0",  # no wait between micro-batches
-                        quarantine=False,
-                        on_batch=on_batch,
-                        clock=lambda: now[0],
-                    )
-                else:
-                    gate.release()
-            if on_slice:
-                on_slice(n, total, slice_end_ms)
-        if query is not None:
-            gate.wait_arrival(query)
-            if spec.streaming.engine == Engine.paced:  # a bounded trial: its last windows close too
-                aligned_source.request_drain(paced_source_dir(spec, s))
+    # slices are gated micro-batch by micro-batch: none may run without data (the session's
+    # own setting comes back after)
+    with conf_for(spark, {NO_DATA_BATCHES: "false"}):
+        producer = kafka.producer(bootstrap)
+        try:
+            for n, (slice_end_ms, chunk) in enumerate(slices, 1):
+                if len(chunk):
+                    if query is not None:
+                        gate.wait_arrival(query)  # the previous slice is written; its query waits
+                    for topic, c in publish(chunk, bootstrap, producer=producer).items():  # flushed on return
+                        published[topic] = published.get(topic, 0) + c
+                    now[0] = datetime.fromtimestamp(slice_end_ms / 1000, UTC)
+                    reading[0] = {"start_ms": slice_end_ms - step, "end_ms": slice_end_ms}
+                    if query is None:
+                        (query,) = start_streaming_join(
+                            spark,
+                            spec,
+                            bootstrap=bootstrap,
+                            s=s,
+                            trigger_interval="0",  # no wait between micro-batches
+                            quarantine=False,
+                            on_batch=on_batch,
+                            clock=lambda: now[0],
+                        )
+                    else:
+                        gate.release()
+                if on_slice:
+                    on_slice(n, total, slice_end_ms)
+            if query is not None:
+                gate.wait_arrival(query)
+                if spec.streaming.engine == Engine.paced:  # a bounded trial: its last windows close too
+                    aligned_source.request_drain(paced_source_dir(spec, s))
+                gate.open()
+                query.processAllAvailable()  # the last batch commits before the query stops
+        finally:
             gate.open()
-            query.processAllAvailable()  # the last batch commits before the query stops
-    finally:
-        gate.open()
-        producer.close()
-        if query is not None:
-            query.stop()
-            settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), query)
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+            producer.close()
+            if query is not None:
+                query.stop()
+                settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), query)
     _annotate_progress(Tables.of(spec, s).progress_log(JOIN_QUERY), arrivals)
     # quarantine does not change accuracy: it catches up once at the end, not per slice
     start_quarantine(spark, spec, bootstrap=bootstrap, s=s, available_now=True).awaitTermination()
