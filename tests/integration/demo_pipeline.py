@@ -24,6 +24,7 @@ class DemoPipeline:
     workload: Any  # jobs.workload.generator's generated workload: records, left, right (pandas)
     days: list[date]
     arrival_days: list[date]
+    started_at: datetime  # before its first DAG run: what the metadata DB holds from before is not its
 
 
 def _utc(d: date) -> datetime:
@@ -41,6 +42,7 @@ def build(dagbag, demo_spec, test_root) -> DemoPipeline:
     workload_file.write_text(yaml.safe_dump(WORKLOAD))
     wl = generate(parse_workload(WORKLOAD), demo_spec)
     conf = {"spec": DEFAULT_SPEC}
+    started_at = datetime.now(UTC)
 
     def run(dag_id, logical, run_conf):
         dr = dagbag.get_dag(dag_id).test(logical_date=_utc(logical) if logical else None, run_conf=run_conf)
@@ -52,4 +54,4 @@ def build(dagbag, demo_spec, test_root) -> DemoPipeline:
     for ds in DAYS:
         run("joinshift_compare", ds, conf)
     run("joinshift_report", DAYS[-1], conf)
-    return DemoPipeline(wl, DAYS, ARRIVAL_DAYS)
+    return DemoPipeline(wl, DAYS, ARRIVAL_DAYS, started_at)

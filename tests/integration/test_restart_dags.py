@@ -50,20 +50,28 @@ def _pairs(spark, ps):
 
 
 def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kafka, pipeline):
+    import json
+
     from jobs.local.chaos import delta_version, wait_until
     from jobs.operate.health import health_log
     from jobs.operate.process import StreamProcess
-    from jobs.storage.hold import current_hold
+    from jobs.storage.hold import current_hold, supervisor_dir
     from jobs.storage.processes import pid_alive
     from jobs.storage.spark import THROUGHPUT_COLLECTOR
     from jobs.storage.tables import Tables
 
     ps, path = pipeline
     out = Tables.of(ps).output("stream")
-    conf = {"spec": str(path), "watch_minutes": 0.5}  # a 10-second poke: 4 checks
+    conf = {"spec": str(path), "watch_minutes": 0.5}  # a 10-second poke: ~4 checks
+
+    def checks_of_the_watch() -> int:  # what the last watch recorded (each check is one health sample)
+        saved = json.loads((supervisor_dir(ps) / "watch.json").read_text())
+        return int(saved["memory"]["report"]["checks"])
 
     dr = dagbag.get_dag("joinshift_supervise").test(run_conf=conf)
     assert "success" in _state(dr)
+    first_watch = checks_of_the_watch()
+    assert first_watch >= 2 and len(health_log(ps).read_text().splitlines()) == first_watch
     first = StreamProcess(path, ps)
     assert first.find(), "the supervised stream process runs on after the DAG run"
     running = subprocess.run(["pgrep", "-f", f"jobs.cli stream --spec {path}"], capture_output=True, text=True)
@@ -132,7 +140,7 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     again = StreamProcess(path, ps)
     assert again.find() and again.pid == second.pid, "the stream started after the replay did not stay up"
     samples = health_log(ps).read_text().splitlines()
-    assert len(samples) >= 4 + 1
+    assert len(samples) == first_watch + checks_of_the_watch()  # the one-poke watch after the replay: 1
     progress = spark.read.format("delta").load(Tables.of(ps).stream_progress)  # one row per micro-batch
     assert progress.select("run_id", "batch_id").distinct().count() == progress.count()
     assert progress.where("input_rows_left + input_rows_right > 0 AND join_state_rows > 0").count() >= 1
