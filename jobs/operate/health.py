@@ -24,6 +24,7 @@ from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
 from jobs.storage import fs, kafka
 from jobs.storage.hold import supervisor_dir
+from jobs.storage.processes import busy_cores
 from jobs.storage.progress import (
     DEDUP_STATE,
     JOIN_QUERY,
@@ -38,6 +39,11 @@ from jobs.storage.stream_runs import topics_read
 from jobs.storage.tables import Tables
 
 STATES = ("running", "exited", "stalled", "backlogged", "starting", "held")
+#: A silent process at least this busy (cores, its JVM included) is inside a long micro-batch (the
+#: first one after an outage reads the whole backlog), not stalled, until :data:`BUSY_STALL_FACTOR`
+#: times ``health.max_batch_age`` have passed: killing it would start the same batch over, forever.
+BUSY_CORES = 0.25
+BUSY_STALL_FACTOR = 10
 
 
 def iso(ts: float | None) -> str | None:
@@ -123,7 +129,9 @@ def health(
     * ``exited``: no live stream process;
     * ``starting``: alive, no micro-batch since it started, started less than ``stall_after_s`` ago;
     * ``stalled``: alive, records waiting (or lag unknown), but no micro-batch for ``stall_after_s``
-      (an idle query that has read everything is ``running``: Spark logs no progress when idle);
+      (an idle query that has read everything is ``running``: Spark logs no progress when idle;
+      so is one whose processes keep :data:`BUSY_CORES` busy, inside a long micro-batch, until
+      :data:`BUSY_STALL_FACTOR` × ``stall_after_s``);
     * ``backlogged``: both streams lag AND both oldest unread records are older than
       ``backlog_threshold_s`` (§6.4);
     * ``running``: otherwise.
@@ -172,6 +180,14 @@ def health(
             h.lag, h.oldest_unread_age_s = {"left": None, "right": None}, {"left": None, "right": None}
 
     started = process.started_at
+
+    def busy(silent: float) -> str | None:
+        """Why a silent process is not stalled: it works on a micro-batch (None: it does not)."""
+        if silent > BUSY_STALL_FACTOR * stall_after_s or process.pid is None:
+            return None
+        cores = busy_cores(process.pid)
+        return None if cores < BUSY_CORES else f"a micro-batch in progress {silent:.0f}s: busy at {cores:.1f} cores"
+
     if not process.alive():
         h.state, h.reason = "exited", "no live stream process"
     elif h.last_progress_at is None or (started and h.last_progress_at < started):
@@ -181,11 +197,16 @@ def health(
         elif h.lag and all(v == 0 for v in h.lag.values()):
             # restarted with everything already read: Spark runs no micro-batch, and none is due
             h.state, h.reason = "running", f"idle since start {silent:.0f}s ago: nothing to read"
+        elif working := busy(silent):
+            h.state, h.reason = "starting", working
         else:
             h.state, h.reason = "stalled", f"no micro-batch {silent:.0f}s after start"
     elif now - h.last_progress_at > stall_after_s and any(v is None or v > 0 for v in h.lag.values()):
-        h.state = "stalled"
-        h.reason = f"no micro-batch for {now - h.last_progress_at:.0f}s with lag {h.lag}"
+        if working := busy(now - h.last_progress_at):
+            h.state, h.reason = "running", working
+        else:
+            h.state = "stalled"
+            h.reason = f"no micro-batch for {now - h.last_progress_at:.0f}s with lag {h.lag}"
     elif all(
         (h.lag.get(x) or 0) > 0 and (h.oldest_unread_age_s.get(x) or 0) > backlog_threshold_s for x in ("left", "right")
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -95,6 +96,23 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return [proc, *proc.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+
+
+def busy_cores(pid: int, seconds: float = 2.0) -> float:
+    """The cores the process and its descendants (a stream's JVM) kept busy over ``seconds``."""
+
+    def used(procs: list[psutil.Process]) -> dict[int, float]:
+        out = {}
+        for q in procs:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                t = q.cpu_times()
+                out[q.pid] = t.user + t.system + t.children_user + t.children_system
+        return out
+
+    before = used(process_tree(pid))
+    time.sleep(seconds)
+    after = used(process_tree(pid))
+    return sum(max(0.0, after[k] - before.get(k, 0.0)) for k in after) / seconds
 
 
 def still_running(procs: list[psutil.Process]) -> list[psutil.Process]:

@@ -80,5 +80,25 @@ def test_restarted_with_nothing_to_read_is_idle_and_a_waiting_record_makes_it_st
         assert stalled.lag == {"left": 0, "right": 1}
         assert stalled.state == "stalled"
     finally:
-        producer.close()
         proc.stop()
+
+    class Busy(StreamProcess):  # inside a long micro-batch: the first after an outage reads the backlog
+        def command(self):
+            return [sys.executable, "-c", "import time\nend = time.time() + 120\nwhile time.time() < end: pass"]
+
+    busy = Busy(write_spec(hs, Path(test_settings.storage_root) / name / "spec.yaml"), hs, test_settings)
+    busy.start()
+    try:
+        busy.started_at = now - 1000
+        working = health(hs, test_settings, now=now, stall_after_s=120, process=busy, bootstrap=kafka)
+        assert working.state == "starting" and "a micro-batch in progress" in working.reason, working.reason
+        # ... for at most BUSY_STALL_FACTOR x max_batch_age: a runaway batch is a stall too
+        runaway = health(hs, test_settings, now=now, stall_after_s=60, process=busy, bootstrap=kafka)
+        assert runaway.state == "stalled", runaway.reason
+        # after a micro-batch of its own (the progress line after its start), the same
+        Path(log).write_text(json.dumps(_progress(hs, {hs.left.topic: {0: 0}}, now - 500)) + "\n")
+        working = health(hs, test_settings, now=now, stall_after_s=120, process=busy, bootstrap=kafka)
+        assert working.state == "running" and "a micro-batch in progress" in working.reason, working.reason
+    finally:
+        producer.close()
+        busy.stop()
