@@ -189,8 +189,10 @@ def _decide(
     s: Settings | None,
 ) -> dict[str, Any]:
     paused = gate.batch_paused(to)
-    if pause_batch is not None and paused != gate.batch_paused(st.stage):
-        pause_batch(paused)  # entering or leaving retired: the only stage the gate pauses the batch DAG in
+    # entering or leaving retired: the only stage the gate pauses the batch DAG in
+    changes = pause_batch if paused != gate.batch_paused(st.stage) else None
+    if changes is not None:
+        changes(paused)
     through = max(st.days) if st.days else None
     row = (
         _now(),
@@ -205,7 +207,12 @@ def _decide(
         paused,
     )
     df = spark.createDataFrame([row], DECISION_SCHEMA)
-    df.write.format("delta").mode("append").save(Tables.of(spec, s).gate_decisions)
+    try:
+        df.write.format("delta").mode("append").save(Tables.of(spec, s).gate_decisions)
+    except BaseException:
+        if changes is not None:  # the stage did not change (Ctrl-C included): neither does the batch DAG
+            changes(not paused)
+        raise
     after = status(spark, spec, s)
     write_state(after, spec, s)
     return {

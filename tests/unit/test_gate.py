@@ -202,3 +202,28 @@ def test_the_gates_p99_latency_is_the_recommendations_p99_of_first_answers(spark
     )
     assert latency_p99_s(corrected, spec) == 900.0
     assert latency_p99_s(out.drop(EMITTED_AT), spec) is None
+
+
+def test_a_decision_that_cannot_be_recorded_leaves_the_batch_dag_as_it_was(spark, demo_spec, test_settings, tmp_path):
+    """Entering retired pauses joinshift_daily before the decision is appended: when the append
+    fails, the stage stays, and so must the batch DAG (a paused DAG under a stage that says it runs
+    fed the public view from a table nobody refreshed)."""
+    import dataclasses
+    from pathlib import Path
+
+    from jobs.operate import gate_store
+    from jobs.storage.tables import Tables
+
+    s = dataclasses.replace(test_settings, storage_root=str(tmp_path))
+    spec = demo_spec.model_copy(update={"pipeline": "gate_unrecorded"})
+    st = gate_store.status(spark, spec, s)
+    table = Path(Tables.of(spec, s).gate_decisions.removeprefix("file:"))
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text("a file where the decisions table goes: the append fails")
+    calls: list[bool] = []
+    with pytest.raises(Exception, match=str(table.name)):
+        gate_store._decide(
+            spark, spec, st, action="promote", to="retired", by="t", reason="r", forced=True,
+            pause_batch=calls.append, s=s,
+        )  # fmt: skip
+    assert calls == [True, False]  # paused, then put back
