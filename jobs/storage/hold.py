@@ -27,7 +27,7 @@ from typing import Any
 
 from jobs.settings import Settings, settings
 from jobs.spec import JoinSpec
-from jobs.storage.processes import pid_alive
+from jobs.storage.processes import pid_alive, process_tag, tag_alive
 
 log = logging.getLogger("joinshift.hold")
 
@@ -52,7 +52,8 @@ def current_hold(spec: JoinSpec, s: Settings | None = None) -> dict[str, Any] | 
         rec = json.loads(hold_file(spec, s).read_text())
     except (OSError, ValueError):
         return None
-    if rec.get("failed") or pid_alive(rec.get("pid")):
+    alive = tag_alive(rec.get("tag", "")) if rec.get("tag") else pid_alive(rec.get("pid"))
+    if rec.get("failed") or alive is not False:  # a pid reused since (a container's restart) is not the holder
         return rec
     log.warning(
         "ignoring a stale hold on %s left by dead pid %s (%s)", spec.pipeline, rec.get("pid"), rec.get("reason")
@@ -87,7 +88,7 @@ def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[
         log.info("%s: taking over the hold of a job that failed (%s)", spec.pipeline, other["failed"])
     path = hold_file(spec, s)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rec = {"pid": os.getpid(), "since": _now_iso(), "reason": reason}
+    rec = {"pid": os.getpid(), "tag": process_tag(os.getpid()), "since": _now_iso(), "reason": reason}
     _write(path, rec)
     try:
         yield

@@ -107,3 +107,17 @@ def test_a_live_hold_still_refuses_a_second_job(held_spec):
         with pytest.raises(CheckpointBusy, match="already held by pid 1"):
             with hold(spec, s, reason="a second replay"):
                 pass
+
+
+def test_a_hold_whose_pid_now_names_another_process_is_stale(held_spec):
+    """After a container restart the holder's pid can name a live process of its own: the hold
+    names its holder by pid and start time, so that process is not taken for it."""
+    import os
+
+    spec, s = held_spec
+    with hold(spec, s, reason="replay"):
+        f = hold_file(spec, s)
+        rec = json.loads(f.read_text())
+        assert rec["tag"].startswith(f"{os.getpid()}-") and current_hold(spec, s) is not None
+        f.write_text(json.dumps({**rec, "tag": f"{os.getpid()}-1"}))  # same pid, started at another time
+        assert current_hold(spec, s) is None
