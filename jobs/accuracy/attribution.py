@@ -286,10 +286,10 @@ def classify_misses(spec: JoinSpec, missed_left: DataFrame, right: DataFrame) ->
     Causes: ``left_late`` (the left event itself was behind the watermark), ``late_right`` (every
     right event in its window arrived after the watermark passed it), ``outside_window`` (the
     baseline's matches all lie outside the stream's window), ``not_yet_processed`` (the stream has
-    not read them yet), ``other``.
+    not read the left event, or a partner in its window, yet), ``other``.
     """
     left_id, right_id = col_name("left", spec.left.id), col_name("right", spec.right.id)
-    lcols = [F.col(c).alias(col_name("left", c)) for c in [*spec.left.schema_, "_dropped_late"]]
+    lcols = [F.col(c).alias(col_name("left", c)) for c in [*spec.left.schema_, "_dropped_late", "_batch_id"]]
     paced = spec.streaming.engine == Engine.paced
     kept = [*spec.right.schema_, "_batch_id", "_dropped_late", *(["_watermark_ms"] if paced else [])]
     rcols = [F.col(c).alias(col_name("right", c)) for c in kept]
@@ -298,13 +298,17 @@ def classify_misses(spec: JoinSpec, missed_left: DataFrame, right: DataFrame) ->
     if paced:  # read after the left event's window had closed (the right PT of its batch past the end)
         closes = F.unix_millis(F.col(col_name("left", spec.left.event_time))) + spec.window.upper_seconds * 1000
         late = late | F.coalesce(F.col(col_name("right", "_watermark_ms")) >= closes, F.lit(False))
-    per_left = cand.groupBy(left_id, col_name("left", spec.left.event_time), "left_dropped_late").agg(
+    unread_left = F.col(col_name("left", "_batch_id")).isNull()  # the stream has not read the left event itself
+    per_left = cand.groupBy(
+        left_id, col_name("left", spec.left.event_time), "left_dropped_late", unread_left.alias("lu")
+    ).agg(
         F.count(right_id).alias("n"),
         F.sum(F.when(late, 1).otherwise(0)).alias("n_late"),
         F.sum(F.when(F.col("right_batch_id").isNull() & F.col(right_id).isNotNull(), 1).otherwise(0)).alias("n_unread"),
     )
     cause = (
         F.when(F.col("left_dropped_late"), "left_late")
+        .when(F.col("lu"), "not_yet_processed")
         .when(F.col("n") == 0, "outside_window")
         .when(F.col("n_late") == F.col("n"), "late_right")
         .when(F.col("n_unread") > 0, "not_yet_processed")

@@ -100,6 +100,19 @@ def test_a_baseline_match_whose_left_event_did_not_land_on_the_ds_is_an_unexplai
     assert sum(att.counts.values()) == att.to_dict()["missed_by_stream"] == 6
 
 
+def test_a_left_event_the_stream_has_not_read_yet_is_not_yet_processed(spark):
+    """L10's partner R10 was read on time, but L10 itself not yet (no micro-batch holds it): it was
+    called unexplained ("other"), which the gate counts against the stream."""
+    left, right, stream, base = _frames(spark)
+    left = left.unionByName(spark.createDataFrame([("L10", "k10", ts("12:00:00"), None, False)], ANNOTATED))
+    right = right.unionByName(spark.createDataFrame([("R10", "k10", ts("12:01:00"), 3, False)], ANNOTATED))
+    base = base.unionByName(spark.createDataFrame([(DS, "L10", "R10", ts("12:30:00"))], OUTPUT))
+    stream = stream.unionByName(spark.createDataFrame([(DS, "L10", None, None)], OUTPUT))
+    att = account_ds(tiny_spec(), DS, "batch_1d_2d", left, right, stream, base, samples=5)
+    assert att.counts["not_yet_processed"] == 2 and sorted(att.samples["not_yet_processed"]) == ["L10", "L7"]
+    assert att.counts["other"] == 1 and att.account.unexplained == 1
+
+
 def test_pp_terms_are_the_counts_over_the_left_events():
     a = Account(
         ds="2026-11-20",
