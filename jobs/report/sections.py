@@ -62,10 +62,14 @@ def match_rate_table(data: dict) -> dict | None:
         return None
     present = {v for rows in by_ds.values() for v in rows}
     variants = [v for v in VARIANTS if v in present] + sorted(present - set(VARIANTS))
-    avg = {}
-    for v in variants:
-        vals = [rows[v]["match_rate"] for rows in by_ds.values() if v in rows and rows[v]["match_rate"] is not None]
-        avg[v] = sum(vals) / len(vals) if vals else None
+    avg: dict[str, float | None] = {}
+    for v in variants:  # over the days: matched left events ÷ left events (as recommend pools them)
+        rows_v = [rows[v] for rows in by_ds.values() if v in rows and rows[v]["match_rate"] is not None]
+        counts = [(num(r.get("matched_left")), num(r.get("left_events"))) for r in rows_v]
+        if rows_v and all(m is not None and n for m, n in counts):
+            avg[v] = sum(m or 0 for m, _ in counts) / sum(n or 0 for _, n in counts)
+        else:  # rows without their counts: the days' rates, each day alike
+            avg[v] = sum(r["match_rate"] for r in rows_v) / len(rows_v) if rows_v else None
     return {"by_ds": dict(sorted(by_ds.items())), "variants": variants, "avg": avg}
 
 

@@ -614,3 +614,18 @@ def test_the_reports_quarantine_is_landings_and_the_streams_for_a_day_nothing_la
     ).save(tables.quarantine)
     assert _quarantine(spark, spec, tables, d1) == {"left": {"malformed_json": 2}}  # the same records, once
     assert _quarantine(spark, spec, tables, d2) == {"left": {"null_key": 3, "malformed_json": 1}}
+
+
+def test_the_average_over_days_pools_left_events_as_recommend_does():
+    """A big day at 95% and a small one at 50%: 94.55% over both (matched ÷ left events), not
+    72.5%, the mean of the two days' rates that the footer's gap was taken from."""
+    from jobs.report.sections import match_rate_table
+
+    rows = [
+        {"ds": "2026-11-19", "variant": "stream", "left_events": 100_000, "matched_left": 95_000},
+        {"ds": "2026-11-20", "variant": "stream", "left_events": 1_000, "matched_left": 500},
+    ]
+    table = match_rate_table({"match_rates": rows})
+    assert table["avg"]["stream"] == pytest.approx(95_500 / 101_000)
+    no_counts = [{"ds": r["ds"], "variant": "stream", "match_rate": r["matched_left"] / r["left_events"]} for r in rows]
+    assert match_rate_table({"match_rates": no_counts})["avg"]["stream"] == pytest.approx(0.725)
