@@ -365,8 +365,8 @@ def recommend(
         at = next(i for i, r in enumerate(explanation) if chosen.label() in r) + 1
         explanation.insert(
             at,
-            f"{chosen.label()}: first answers {100 * chosen.first_answer_rate:.2f}%, final "
-            f"{100 * chosen.match_rate:.2f}%; the operator holds at most {chosen.memory_bytes / bpr:,.0f} "
+            f"{chosen.label()}: first answers {pct(chosen.first_answer_rate)}, final "
+            f"{pct(chosen.match_rate)}; the operator holds at most {chosen.memory_bytes / bpr:,.0f} "
             f"events at {bpr:,.0f} bytes each",
         )
     explanation.append(

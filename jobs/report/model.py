@@ -164,6 +164,11 @@ class DeployedWindow(_Part):
     recovery_s: float | None = None
     left_watermark_s: float | None = None
     right_watermark_s: float | None = None
+    first_answer_rate: float | None = None  # the paced engine's answers when its windows close
+
+
+class ChosenAnswers(_Part):
+    first_answer_rate: float | None = None  # the paced engine's answers when its windows close
 
 
 class FrontierPoint(_Part):
@@ -202,6 +207,8 @@ class Recommendation(_Part):
     reference_match_rate: float | None = None  # no daily cut-off: the ceiling of a streaming join
     frontier: list[FrontierPoint] = []
     relax: list[str] = []  # which budget to relax, by how much, when nothing fits
+    inputs: dict[str, str | None] = {}  # "engine": native / paced (a paced one has no watermark delays)
+    chosen: ChosenAnswers | None = None
 
 
 class Gate(_Part):

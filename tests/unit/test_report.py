@@ -629,3 +629,31 @@ def test_the_average_over_days_pools_left_events_as_recommend_does():
     assert table["avg"]["stream"] == pytest.approx(95_500 / 101_000)
     no_counts = [{"ds": r["ds"], "variant": "stream", "match_rate": r["matched_left"] / r["left_events"]} for r in rows]
     assert match_rate_table({"match_rates": no_counts})["avg"]["stream"] == pytest.approx(0.725)
+
+
+def test_a_paced_recommendation_reaches_the_report_as_paced():
+    """The report's recommendation section is assembled from recommend's result: the engine and
+    the first answers were left behind, so a paced one showed watermark delays "changed" to 0s."""
+    from jobs.accuracy.recommend import Candidate, Recommendation
+    from jobs.report.assemble import _recommendation
+    from jobs.report.model import Recommendation as Section
+    from jobs.report.recommendation_view import recommendation_model
+
+    def cand(lo, up, rate, first):
+        return Candidate(lo, up, 0, 0, rate, rate, 1800.0, 3e6, paced=True, first_answer_rate=first)
+
+    chosen, deployed = cand(-600, 1800, 0.93, 0.925), cand(-10800, 1800, 0.932, 0.929)
+    rec = Recommendation(
+        pipeline="p", days=["2026-11-20"], cadence="live", baseline="batch_1d_windowed", baseline_match_rate=0.93,
+        reference_match_rate=None, reference_source="", tolerance_pp=1.0, budgets={}, chosen=chosen,
+        deployed=deployed, fits_budgets=True, within_tolerance=True, frontier=[chosen], explanation=[],
+        inputs={"engine": "paced"},
+    )  # fmt: skip
+    _, section = _recommendation(rec)
+    model = Section(**section).model_dump()  # the report's typed model keeps them
+    rows = {r["what"]: r for r in recommendation_model(model, {"window": "[-3h, +30m]"})["rows"]}
+    assert "Left watermark" not in rows
+    assert (rows["First answers (predicted)"]["deployed"], rows["First answers (predicted)"]["recommended"]) == (
+        fmt_pct(0.929),
+        fmt_pct(0.925),
+    )
