@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from jobs import commands
-from jobs.commands.common import date_arg, interval_arg, positive_float_arg, positive_int_arg, user_errors
+from jobs.commands.common import (
+    date_arg,
+    interval_arg,
+    positive_float_arg,
+    positive_int_arg,
+    slice_minutes_arg,
+    user_errors,
+)
 from jobs.settings import settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
@@ -125,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _path(d.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload YAML (default: {DEFAULT_WORKLOAD})"))
     d.add_argument(
         "--slice-minutes",
-        type=positive_int_arg,
+        type=slice_minutes_arg,
         default=60,
         help="simulated minutes of arrivals per streaming micro-batch (default: 60)",
     )
@@ -209,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--state-memory", help="state memory budget, e.g. 2GiB (default: the spec's budgets.state_memory)")
     r.add_argument(
         "--slice-minutes",
-        type=positive_int_arg,
+        type=slice_minutes_arg,
         help="choose for replay-as-live with these slices (default: live at the spec's trigger interval); "
         "--verify's trial replays with them (default 30)",
     )

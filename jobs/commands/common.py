@@ -55,6 +55,18 @@ def positive_int_arg(value: str) -> int:
     return int(_positive(value, int, "whole number"))
 
 
+def slice_minutes_arg(value: str) -> int:
+    """Whole minutes of record time per replayed slice, by the replay's one rule (up to a day)."""
+    from jobs.steps.replay_live import MAX_SLICE_MINUTES, check_slice
+
+    try:
+        return int(check_slice(positive_int_arg(value)))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a slice: whole minutes up to {MAX_SLICE_MINUTES} (a day), e.g. 30"
+        ) from None
+
+
 def positive_float_arg(value: str) -> float:
     """Seconds and the like: a number above zero."""
     return float(_positive(value, float, "number"))

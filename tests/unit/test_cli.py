@@ -116,10 +116,16 @@ def test_a_forced_promotion_without_a_reason_is_refused_before_spark_starts(caps
     assert exc.value.code == 2 and "--force needs --reason TEXT" in capsys.readouterr().err
 
 
-def test_a_bad_slice_length_is_refused(capsys):
+@pytest.mark.parametrize("command", [["demo"], ["recommend", "--ds", "2026-11-20"]])
+@pytest.mark.parametrize("minutes", ["0", "1441", "half"])
+def test_a_bad_slice_length_is_refused_by_the_replays_rule(capsys, command, minutes):
+    """Whole minutes up to a day, as replay-as-live's --slice and the DAGs' slice_minutes
+    (recommend took 5000, a slice no trial can run)."""
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["demo", "--slice-minutes", "0"])
-    assert "--slice-minutes" in capsys.readouterr().err
+        build_parser().parse_args([*command, "--slice-minutes", minutes])
+    err = capsys.readouterr().err
+    assert f"--slice-minutes: '{minutes}' is not a slice: whole minutes up to 1440 (a day), e.g. 30" in err
+    assert build_parser().parse_args([*command, "--slice-minutes", "1440"]).slice_minutes == 1440
 
 
 @pytest.mark.parametrize(
