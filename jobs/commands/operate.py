@@ -124,11 +124,16 @@ def cmd_runbook(args: argparse.Namespace) -> int:
 
 def _set_batch_dag_paused(paused: bool) -> None:
     """Pause (the batch join retired) or unpause the batch DAG in Airflow's metadata DB, as
-    `airflow dags pause` does; the project's local Airflow unless AIRFLOW_* point elsewhere."""
-    from jobs.local.airflow_env import apply_airflow_env
+    `airflow dags pause` does: the Airflow that AIRFLOW_HOME names, with its own configuration
+    (its airflow.cfg's database); without one, the project's local Airflow."""
+    import os
+
     from jobs.operate.gate import BATCH_DAG
 
-    apply_airflow_env()
+    if "AIRFLOW_HOME" not in os.environ:  # no Airflow of the user's: the embedded default's
+        from jobs.local.airflow_env import apply_airflow_env
+
+        apply_airflow_env()
     from airflow.models.dag import DagModel
     from airflow.utils.session import create_session
 

@@ -455,3 +455,27 @@ def test_seconds_are_a_positive_number(value, capsys):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2 and "is not a positive number" in capsys.readouterr().err
+
+
+def test_the_gate_pauses_the_batch_dag_in_the_airflow_airflow_home_configures(tmp_path):
+    """A deployment's AIRFLOW_HOME whose airflow.cfg names its database: the gate reads that one.
+    It set the embedded default's variables first, which win over airflow.cfg, and so paused
+    joinshift_daily in a SQLite file beside it instead."""
+    import os
+    import subprocess
+    import sys
+
+    from jobs.settings import PROJECT_ROOT
+
+    theirs = tmp_path / "theirs.db"
+    (tmp_path / "airflow.cfg").write_text(f"[database]\nsql_alchemy_conn = sqlite:///{theirs}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    body = (
+        "from jobs.commands.operate import _set_batch_dag_paused\n"
+        "try:\n    _set_batch_dag_paused(True)\nexcept Exception as e:\n    print(type(e).__name__)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", body], cwd=PROJECT_ROOT, env={**env, "AIRFLOW_HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert theirs.exists() and not (tmp_path / "airflow.db").exists(), (res.stdout, res.stderr[-2000:])
