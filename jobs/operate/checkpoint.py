@@ -294,6 +294,17 @@ def render_inspection(info: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------- backup
 
 
+def backup_path(checkpoint: str) -> str:
+    """Where a checkpoint's backup goes: ``<checkpoint>.bak-<UTC>``, ``-1``, ``-2``... when that
+    name is taken (a second backup in the same second would have gone inside the first)."""
+    cp = checkpoint.rstrip("/")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    target, n = f"{cp}.bak-{stamp}", 1
+    while fs.exists(target):
+        target, n = f"{cp}.bak-{stamp}-{n}", n + 1
+    return target
+
+
 def backup_checkpoint(path: str | Path) -> str | Path:
     """Copy the checkpoint to ``<path>.bak-<UTC timestamp>`` and return the copy's path (a
     ``Path`` for a local checkpoint, else the URI).
@@ -303,12 +314,7 @@ def backup_checkpoint(path: str | Path) -> str | Path:
     cp = str(path).rstrip("/")
     if not fs.is_dir(cp):
         raise CheckpointError(f"{cp}: no checkpoint to back up")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    target = f"{cp}.bak-{stamp}"
-    n = 1
-    while fs.exists(target):
-        target = f"{cp}.bak-{stamp}-{n}"
-        n += 1
+    target = backup_path(cp)
     fs.copy(cp, target)
     log.info("backed up %s to %s", cp, target)
     return fs.local(target) or target

@@ -41,6 +41,7 @@ from zoneinfo import ZoneInfo
 from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, col_name
+from jobs.operate.checkpoint import backup_path
 from jobs.operate.process import stop_stream_process
 from jobs.settings import Settings, settings
 from jobs.spec import Engine, JoinSpec
@@ -105,7 +106,7 @@ def backup_and_clear(checkpoint: str) -> str | None:
     """Move the old checkpoint aside (kept, never deleted); the replay starts a fresh one."""
     if not fs.exists(checkpoint):
         return None
-    dest = f"{checkpoint.rstrip('/')}.bak-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    dest = backup_path(checkpoint)
     fs.rename(checkpoint, dest)
     log.info("kept the old checkpoint as %s", dest)
     return str(dest)
