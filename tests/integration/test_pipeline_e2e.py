@@ -318,6 +318,23 @@ def test_report_dag_gates_pass_and_the_report_shows_every_section(pipeline, spar
     ):
         assert (folder / f"{png}.png").stat().st_size > 5000
     assert data["account"]["baseline"] == demo_spec.accuracy.baseline
+    # what people read: every section of the page filled, and the day's rates as compare measured them
+    import re
+
+    from jobs.report.format import fmt_pct
+    from jobs.report.render import NOT_AVAILABLE, SECTIONS
+
+    html = (folder / "report.html").read_text()
+    for sid, _ in SECTIONS:
+        body = re.search(rf'<section class="card" id="{sid}">(.*?)</section>', html, re.S)
+        assert body and NOT_AVAILABLE not in body.group(1), f"report section {sid} is missing or empty"
+    rates = {
+        r.variant: r.matched_left / r.left_events
+        for r in _read(spark, t.match_metrics).where(f"ds = '{DAYS[-1]}'").collect()
+    }
+    match_rate = re.search(r'<section class="card" id="match-rate">(.*?)</section>', html, re.S).group(1)
+    for variant in ("stream", demo_spec.accuracy.baseline, "reference"):
+        assert fmt_pct(rates[variant]) in match_rate, variant
     rec = data["recommendation"]
     assert rec["lower_s"] <= 0 <= rec["upper_s"] and 0 < rec["predicted_match_rate"] <= 1
     rec_file = Path(test_settings.path("recommendations", demo_spec.pipeline)) / f"{DAYS[-1]}.json"
