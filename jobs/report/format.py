@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from jobs.join.variants import VARIANTS  # the paper's baselines (§7.1), the reference, the stream: report order
 from jobs.spec.duration import duration_seconds, fmt_duration
 from jobs.spec.shares import DASH, num, pct, within_tolerance
 
@@ -40,9 +41,6 @@ __all__ = [
 ]
 
 
-#: The paper's three batch baselines (§7.1), the cut-off-free reference and the streaming join, in
-#: report order (the same order as ``jobs.join.variants.VARIANTS``, which the tests check).
-VARIANTS = ("batch_1d_1d", "batch_1d_2d", "batch_1d_windowed", "reference", "stream")
 VARIANT_LABELS = {
     "batch_1d_1d": "batch 1d → 1d",
     "batch_1d_2d": "batch 1d → 2d",

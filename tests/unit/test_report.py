@@ -138,11 +138,10 @@ def test_sections_show_their_numbers(rendered, data):
     assert data["runbooks"][0]["path"] in _section_html(html, "runbooks")
 
 
-def test_variant_order_matches_the_tables_module():
-    from jobs.storage import tables
+def test_every_variant_has_a_label_and_a_colour():
+    from jobs.join.variants import VARIANTS
 
-    assert report.VARIANTS == tables.VARIANTS
-    assert set(report.VARIANT_COLORS) == set(tables.VARIANTS)
+    assert set(report.VARIANT_COLORS) == set(report.VARIANT_LABELS) == set(VARIANTS)
 
 
 def test_example_data_is_json_and_deterministic():
