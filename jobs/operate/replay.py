@@ -118,10 +118,12 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     the checkpoint, and catch up from the replay start. The next supervisor check starts the
     stream again from the new checkpoint."""
     plan = plan_replay(spec, cutover, bootstrap, s)
-    with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}"):
+    with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}") as held:
+        held.at_risk = False  # until the checkpoint moves, a failure leaves the pipeline as it was
         plan.stopped_pid = stop_stream_process(spec, s)
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
+            held.at_risk = True
             plan.backup = backup_and_clear(plan.checkpoint)
             plan.closing_batch = _ends_with_closing_batch(spark, spec, cutover, s)
             with conf_for(spark, {} if plan.closing_batch else {NO_DATA_BATCHES: "false"}):

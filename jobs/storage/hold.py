@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,20 @@ def _now_iso() -> str:
     return datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
 
 
+@dataclass
+class Held:
+    """What a job under the hold tells it: ``at_risk`` once it has changed what a stream runs from
+    (a replay, once it moved the checkpoint aside): a failure from then on leaves the hold."""
+
+    at_risk: bool = True
+
+
 @contextlib.contextmanager
-def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[None]:
+def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[Held]:
     """While held, supervisors neither start nor restart the pipeline's stream process and
     scheduled increments skip: a replay owns the checkpoint folder. Two live holds conflict; a
     failed one is taken over (running the job again is how it ends). If the body raises (Ctrl-C
-    included), the hold stays, marked ``failed``."""
+    included) while at risk, the hold stays, marked ``failed``; before, it ends as it began."""
     other = current_hold(spec, s)
     if other is not None and not other.get("failed") and other.get("pid") != os.getpid():
         raise CheckpointBusy(f"{spec.pipeline} is already {describe_hold(other)}")
@@ -90,14 +99,19 @@ def hold(spec: JoinSpec, s: Settings | None = None, *, reason: str) -> Iterator[
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"pid": os.getpid(), "tag": process_tag(os.getpid()), "since": _now_iso(), "reason": reason}
     _write(path, rec)
+    held = Held()
     try:
-        yield
+        yield held
     except BaseException as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        _write(path, {**rec, "failed": f"{why[:300]} (at {_now_iso()})"})
+        if held.at_risk:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            _write(path, {**rec, "failed": f"{why[:300]} (at {_now_iso()})"})
+        elif other is not None and other.get("failed"):  # what the earlier failure left is still there
+            _write(path, other)
+        else:
+            path.unlink(missing_ok=True)
         raise
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    path.unlink(missing_ok=True)
 
 
 def _write(path: Path, rec: dict[str, Any]) -> None:

@@ -121,3 +121,22 @@ def test_a_hold_whose_pid_now_names_another_process_is_stale(held_spec):
         assert rec["tag"].startswith(f"{os.getpid()}-") and current_hold(spec, s) is not None
         f.write_text(json.dumps({**rec, "tag": f"{os.getpid()}-1"}))  # same pid, started at another time
         assert current_hold(spec, s) is None
+
+
+def test_a_job_that_fails_before_it_changed_anything_ends_the_hold_as_it_began(held_spec):
+    """A replay refused before it moved the checkpoint (an increment still running): the stream
+    may start again from the checkpoint it had; a re-run that fails that early keeps the hold
+    the earlier failure left (its half-built checkpoint is still there)."""
+    spec, s = held_spec
+    with pytest.raises(CheckpointBusy):
+        with hold(spec, s, reason="replay") as held:
+            held.at_risk = False
+            raise CheckpointBusy("an increment runs")
+    assert current_hold(spec, s) is None and not hold_file(spec, s).exists()
+
+    _failed_in_a_process_now_gone(spec, s, RuntimeError("Kafka went away"))
+    with pytest.raises(CheckpointBusy):
+        with hold(spec, s, reason="replay") as held:
+            held.at_risk = False
+            raise CheckpointBusy("an increment runs")
+    assert "Kafka went away" in current_hold(spec, s)["failed"]
