@@ -211,7 +211,7 @@ def test_attribution_applies_the_predicate_when_it_names_a_miss_cause(spark):
     from jobs.accuracy.attribution import classify_misses
 
     spec = with_predicate(PREDICATE)
-    missed = events(spark, LEFT[:2]).withColumn("_dropped_late", F.lit(False))
+    missed = events(spark, LEFT[:2]).withColumn("_dropped_late", F.lit(False)).withColumn("_batch_id", F.lit(2))
     right = (
         events(spark, RIGHT)
         .withColumn("_batch_id", F.lit(3).cast("long"))
