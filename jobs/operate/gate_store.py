@@ -129,7 +129,7 @@ class GateStatus:
 def status(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> GateStatus:
     """The stage, the next promotion's verdict, the evaluated days and the decisions."""
     decisions = read_decisions(spark, spec, s)
-    now = decisions[-1]["to_stage"] if decisions else "shadow"
+    now = _stage_of(decisions)
     after = decisions[-1]["through_ds"] if decisions else None
     days = read_days(spark, spec, s)
     verdict = gate.promotion(now, days, after, Slo.of(spec))
@@ -137,10 +137,13 @@ def status(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> Ga
     return GateStatus(spec.pipeline, now, verdict, days, decisions, serve)
 
 
+def _stage_of(decisions: list[dict[str, Any]]) -> str:
+    return decisions[-1]["to_stage"] if decisions else "shadow"
+
+
 def stage(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> str:
     """The pipeline's gate stage: the last decision's, ``shadow`` before the first."""
-    decisions = read_decisions(spark, spec, s)
-    return decisions[-1]["to_stage"] if decisions else "shadow"
+    return _stage_of(read_decisions(spark, spec, s))
 
 
 def serves_stream(spark: SparkSession, spec: JoinSpec, s: Settings | None = None) -> str | None:
