@@ -118,10 +118,8 @@ EXTRA_COLORS = ("#0ea5e9", "#a16207", "#be185d", "#4d7c0f", "#7c3aed")
 UPPER_PALETTE = ("#5eead4", "#0891b2", "#1e40af", "#312e81")
 
 
-def fmt_pct(v: Any, digits: int = 2) -> str:
-    """A fraction as a percentage: ``0.925 -> "92.50%"``; missing -> "—" (the one rule: never
-    100% for less than all)."""
-    return pct(v, digits)
+#: A fraction as a percentage (the one rule: :func:`jobs.spec.shares.pct`), by the report's name.
+fmt_pct = pct
 
 
 def fmt_pp(v: Any, digits: int = 2) -> str:

@@ -167,10 +167,6 @@ class DeployedWindow(_Part):
     first_answer_rate: float | None = None  # the paced engine's answers when its windows close
 
 
-class ChosenAnswers(_Part):
-    first_answer_rate: float | None = None  # the paced engine's answers when its windows close
-
-
 class FrontierPoint(_Part):
     """One candidate on the Pareto frontier (match rate vs p99 latency; memory shown)."""
 
@@ -208,7 +204,7 @@ class Recommendation(_Part):
     frontier: list[FrontierPoint] = []
     relax: list[str] = []  # which budget to relax, by how much, when nothing fits
     inputs: dict[str, str | None] = {}  # "engine": native / paced (a paced one has no watermark delays)
-    chosen: ChosenAnswers | None = None
+    chosen: DeployedWindow | None = None  # what the deployed one has of it: the paced engine's first answers
 
 
 class Gate(_Part):

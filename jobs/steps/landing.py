@@ -62,10 +62,7 @@ def read_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date, tables: Ta
     """One stream's ds read from Kafka and parsed (:func:`land_records`), re-sends of the previous
     landed day flagged as duplicates: what :func:`land_ds` writes, not yet computed."""
     stream = spec.side(side)
-    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
-    # arrival from a field: the ds is the field's, so read record timestamps around the day too
-    slack_ms = int(stream.format.arrival_slack.total_seconds() * 1000) if stream.format.arrival_field else 0
-    raw = kafka.read_range(spark, bootstrap, stream.topic, start_ms - slack_ms, end_ms + slack_ms)
+    raw = kafka.read_range(spark, bootstrap, stream.topic, *_record_time_ms(spec, side, ds))
     landed_path = tables.landed(side)
     seen = None
     if delta_io.table_exists(spark, landed_path):
@@ -74,22 +71,25 @@ def read_ds(spark: SparkSession, spec: JoinSpec, side: str, ds: date, tables: Ta
     return land_records(raw, stream, spec, seen).where(F.col("ds") == F.lit(ds))
 
 
+def _record_time_ms(spec: JoinSpec, side: str, ds: date) -> tuple[int, int]:
+    """[start, end) of the record timestamps a ds's landing reads: the day, and with the arrival
+    from a field (the ds is the field's) the ``arrival_slack`` around it."""
+    start_ms, end_ms = ds_bounds_ms(ds, spec.timezone)
+    fmt = spec.side(side).format
+    slack_ms = int(fmt.arrival_slack.total_seconds() * 1000) if fmt.arrival_field else 0
+    return start_ms - slack_ms, end_ms + slack_ms
+
+
 def _holds_what_landed(spark: SparkSession, spec: JoinSpec, side: str, ds: date, path: str, bootstrap: str) -> None:
     """Landing a ds again replaces it: only from a topic that still holds all of it. Kafka's
-    retention (or a deleted topic) would otherwise turn a landed day into its remains, silently."""
+    retention (or a deleted topic) would otherwise turn a landed day into its remains, silently
+    (:class:`jobs.storage.kafka.RetentionGap`)."""
     if not delta_io.table_exists(spark, path) or delta_io.read_table(spark, path).where(F.col("ds") == ds).isEmpty():
         return
     stream = spec.side(side)
-    start_ms = ds_bounds_ms(ds, spec.timezone)[0]
-    if stream.format.arrival_field:
-        start_ms -= int(stream.format.arrival_slack.total_seconds() * 1000)
+    start = datetime.fromtimestamp(_record_time_ms(spec, side, ds)[0] / 1000, UTC)
     keep = f"ds {ds} of {stream.name} stays as it was landed; land again only days the topic still holds"
-    try:
-        kafka.offsets_for_time(bootstrap, stream.topic, datetime.fromtimestamp(start_ms / 1000, UTC), advice=keep)
-    except kafka.RetentionGap:
-        raise
-    except RuntimeError:  # the topic is gone
-        raise kafka.RetentionGap(f"topic {stream.topic} does not exist on {bootstrap}; {keep}") from None
+    kafka.offsets_for_time(bootstrap, stream.topic, start, advice=keep)
 
 
 def land_ds(

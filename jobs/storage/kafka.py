@@ -272,11 +272,11 @@ REBUILD_ADVICE = (
 def offsets_for_time(bootstrap: str, topic: str, start: datetime, advice: str = REBUILD_ADVICE) -> dict[str, int]:
     """Per partition, the first offset whose timestamp is >= start; :class:`RetentionGap` when
     retention deleted records from ``start`` on (offsets-for-times would quietly answer with the
-    earliest retained record instead)."""
+    earliest retained record instead), or the topic is gone."""
     with consumer(bootstrap, timeout_ms=REQUEST_TIMEOUT_MS, client_id="joinshift-replay") as c:
         tps = partitions(c, topic)
-        if not tps:
-            raise RuntimeError(f"topic {topic!r} does not exist on {bootstrap}")
+        if not tps:  # it holds nothing at all
+            raise RetentionGap(f"topic {topic!r} does not exist on {bootstrap}; {advice}")
         start_ms = int(start.timestamp() * 1000)
         found = c.offsets_for_times({tp: start_ms for tp in tps})
         earliest = c.beginning_offsets(tps)
