@@ -51,8 +51,17 @@ def joinshift_report():
 
         return [airflow_tasks.report(spec, day) for spec, day in runs]
 
+    @task(trigger_rule="one_failed", retries=0)
+    def run_failed() -> None:
+        """The run's state: the report runs after a failed gate too, and a run's state is its last tasks'."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException("a task of this run failed: see it for why")
+
     days = days_to_report()
-    quality_gates(days) >> accuracy_report(days)
+    gates, report = quality_gates(days), accuracy_report(days)
+    gates >> report
+    [gates, report] >> run_failed()
 
 
 joinshift_report()

@@ -63,7 +63,16 @@ def joinshift_supervise():
 
         return airflow_tasks.load_health(params["spec"])
 
-    supervise_stream() >> load_health()
+    @task(trigger_rule="one_failed", retries=0)
+    def run_failed() -> None:
+        """The run's state: `load_health` runs after a failed watch too, and a run's state is its last tasks'."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException("a task of this run failed: see it for why")
+
+    watch, health = supervise_stream(), load_health()
+    watch >> health
+    [watch, health] >> run_failed()
 
 
 joinshift_supervise()

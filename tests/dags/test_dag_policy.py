@@ -86,3 +86,20 @@ def test_the_daily_run_at_midnight_lands_the_day_that_ended(dagbag):
     )
     assert run.run_after == pendulum.datetime(2026, 11, 21, tz="UTC")
     assert run.logical_date.date().isoformat() == "2026-11-20"  # the run's ds
+
+
+def test_a_task_that_runs_after_a_failure_does_not_hide_it(dagbag):
+    """A run's state is its last tasks': a task that runs whatever came before (``all_done``) and
+    succeeds made a run green whose quality gates, or whose stream supervision, had failed. Such a
+    DAG ends with a task that fails the run when any task failed."""
+    checked = []
+    for dag_id in sorted(EXPECTED):
+        dag = dagbag.get_dag(dag_id)
+        after_failures = [t for t in dag.tasks if t.trigger_rule == "all_done"]
+        if after_failures:
+            (last,) = [t for t in dag.tasks if not t.downstream_list]
+            watched = {u for t in after_failures for u in t.upstream_task_ids} | {t.task_id for t in after_failures}
+            # a failure upstream of the watched reaches it as upstream_failed, which one_failed counts
+            assert last.trigger_rule == "one_failed" and last.get_flat_relative_ids(upstream=True) >= watched, dag_id
+            checked.append(dag_id)
+    assert {"joinshift_report", "joinshift_supervise"} <= set(checked)
