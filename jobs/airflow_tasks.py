@@ -299,7 +299,10 @@ def supervise_poke(spec: str, watch: str, watch_s: float) -> tuple[bool, dict]:
     path = spec_path(spec or None)
     done, report = supervise_step(load_spec(path), spec_path=path, watch=watch, watch_s=watch_s, on_alert=log_alert)
     if report.gave_up or (report.last or {}).get("state") == "backlogged":  # this poke's state
-        raise RuntimeError(f"stream needs attention: {report.alerts[-1]['message']}")
+        said = f"stream needs attention: {report.alerts[-1]['message']}"
+        if report.alerts[-1]["kind"] == "refused":  # the spec or its checkpoint: a retry gets the same answer
+            raise ParamRefused(said)
+        raise RuntimeError(said)
     return done, {
         "checks": report.checks,
         "restarts": len(report.restarts),

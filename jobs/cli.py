@@ -9,6 +9,8 @@ Logs go to ``<log_dir>/joinshift.log``; ``-v`` shows them on the console too.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import sys
@@ -25,7 +27,7 @@ from jobs.commands.common import (
     slice_minutes_arg,
     user_errors,
 )
-from jobs.settings import settings
+from jobs.settings import EXIT_FILE_ENV, settings
 from jobs.spec import DEFAULT_SPEC, DEFAULT_WORKLOAD
 
 log = logging.getLogger("joinshift")
@@ -449,6 +451,29 @@ class CommandFailed(SystemExit):
 
 
 def main(argv: list[str] | None = None) -> int:
+    code: int | str | None = 1  # an exception no handler below turns into a line: Python exits 1
+    try:
+        code = _main(argv)
+        return code
+    except SystemExit as exc:
+        code = exc.code
+        raise
+    finally:
+        _record_exit(code)
+
+
+def _record_exit(code: int | str | None) -> None:
+    """How this process ended, where the process that started it asked (``EXIT_FILE_ENV``): a
+    supervisor that did not start it (a later sensor poke) reads it there."""
+    if path := os.environ.get(EXIT_FILE_ENV):
+        status = code if isinstance(code, int) else 0 if code is None else 1
+        with contextlib.suppress(OSError):
+            tmp = Path(path).with_name(Path(path).name + ".tmp")
+            tmp.write_text(json.dumps({"pid": os.getpid(), "exit_code": status}) + "\n")
+            tmp.replace(path)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's own parser, with its usage, not the top level's

@@ -24,13 +24,18 @@ _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 _REMOTE = re.compile(r"^sc://[^/:;\s]+(:\d+)?(/.*)?$")
 
 
+#: Where ``joinshift`` writes how it ended (``{"pid", "exit_code"}``), when set (``jobs.cli``): the
+#: exit status of a supervised stream process whose parent, which alone could wait for it, is gone.
+EXIT_FILE_ENV = "JOINSHIFT_EXIT_FILE"
 #: ``JOINSHIFT_*`` variables that are not settings but knobs of one process: the settings file's
-#: path, Spark's UI (the benches' stage times), its log level, and the console's (``-v`` sets it).
+#: path, Spark's UI (the benches' stage times), its log level, the console's (``-v`` sets it), and
+#: where to say how it ended.
 PROCESS_VARIABLES = (
     "JOINSHIFT_CONFIG",
     "JOINSHIFT_SPARK_UI",
     "JOINSHIFT_SPARK_LOG_LEVEL",
     "JOINSHIFT_SPARK_CONSOLE_LEVEL",
+    EXIT_FILE_ENV,
 )
 
 

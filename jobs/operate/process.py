@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs.settings import PROJECT_ROOT, Settings, settings, settings_env
+from jobs.settings import EXIT_FILE_ENV, PROJECT_ROOT, Settings, settings, settings_env
 from jobs.spec import JoinSpec, load_spec
 from jobs.storage.hold import supervisor_dir
 from jobs.storage.processes import cmdline, describe, pid_alive, process_tree, wait_gone
@@ -91,6 +91,7 @@ class StreamProcess:
         self.extra_env = env or {}
         self.dir = supervisor_dir(self.spec, self.s)
         self.pid_file = self.dir / "stream.pid"
+        self.exit_file = self.dir / "stream.exit"
         self.log_file = Path(self.s.log_dir) / f"stream_join_{self.spec.pipeline}.log"
         self._proc: subprocess.Popen | None = None
         self.pid: int | None = None
@@ -122,7 +123,9 @@ class StreamProcess:
             return self.pid  # type: ignore[return-value]
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.s), **self.extra_env}
+        env = {**os.environ, **settings_env(self.s), **self.extra_env, EXIT_FILE_ENV: str(self.exit_file)}
+        with contextlib.suppress(FileNotFoundError):
+            self.exit_file.unlink()  # the last process's
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
         with open(self.log_file, "ab") as out:
             out.write(f"\n=== {_stamp()} start: {' '.join(self.command())}\n".encode())
@@ -154,7 +157,19 @@ class StreamProcess:
         return pid_alive(self.pid)
 
     def returncode(self) -> int | None:
-        return self._proc.poll() if self._proc is not None and self._proc.pid == self.pid else None
+        """How the process ended: its exit status when this object started it; else, once the pid
+        file's process is gone, the status it wrote as it ended (:data:`EXIT_FILE_ENV`). None while
+        it runs, or when it could not say (killed)."""
+        if self._proc is not None and self._proc.pid == self.pid:
+            return self._proc.poll()
+        pid = self.pid or self._record().get("pid")
+        if pid is None or pid_alive(pid):
+            return None
+        try:
+            ended = json.loads(self.exit_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return int(ended["exit_code"]) if ended.get("pid") == pid else None
 
     def last_words(self) -> str:
         """Why the process ended, as it said it in its log: from its last ``joinshift stream:``

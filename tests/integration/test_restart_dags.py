@@ -146,6 +146,23 @@ def test_supervise_then_replay_then_supervise_through_airflow(dagbag, spark, kaf
     assert progress.where("input_rows_left + input_rows_right > 0 AND join_state_rows > 0").count() >= 1
     assert progress.select("run_id").distinct().count() >= 2  # the supervised run and the replay
 
+    # a spec the checkpoint cannot continue (another window, no replay): the stream a poke starts
+    # refuses it (exit 2); a later poke, a supervisor of its own, reads that exit code from what the
+    # process left, and the task fails at once: no restarts, no retries
+    from jobs.operate.health import restart_log
+    from jobs.operate.process import stop_stream_process
+    from jobs.spec import WindowSpec, parse_duration, write_spec
+
+    stop_stream_process(ps)
+    write_spec(ps.model_copy(update={"window": WindowSpec(lower=parse_duration("-1h"), upper=ps.window.upper)}), path)
+    starts = len(restart_log(ps).read_text().splitlines())
+    dr = dagbag.get_dag("joinshift_supervise").test(run_conf={**conf, "watch_minutes": 3})
+    assert "failed" in _state(dr)
+    assert len(restart_log(ps).read_text().splitlines()) == starts + 1  # its first start only
+    report = json.loads((supervisor_dir(ps) / "watch.json").read_text())["memory"]["report"]
+    assert [a["kind"] for a in report["alerts"]] == ["refused"], report["alerts"]
+    assert "exit code 2: joinshift stream: checkpoint " in report["alerts"][0]["message"], report["alerts"]
+
 
 def _drained(ps, bootstrap) -> bool:
     from jobs.operate.health import health

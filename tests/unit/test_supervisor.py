@@ -284,3 +284,31 @@ def test_a_stream_that_refuses_its_spec_is_not_restarted_and_the_alert_says_why(
     assert [a["kind"] for a in report.alerts] == ["refused"]
     assert alerts and alerts[-1][0] == "refused"
     assert "(exit code 2: joinshift stream: " in alerts[-1][1] and "pipeline" in alerts[-1][1], alerts
+
+
+def test_a_sensor_poke_learns_the_exit_code_of_a_stream_an_earlier_poke_started(tmp_path, demo_spec):
+    """Each poke of the Airflow sensor is a new supervisor; the one that started the stream is gone
+    when it exits. The exit code it writes as it ends (refused: 2) still stops the restarts. The
+    pokes restarted it until the restart budget ran out, the cause only in its log. (Through
+    Airflow, the task then fails without retries: test_restart_dags.)"""
+    import dataclasses
+    import time
+
+    from jobs.operate.supervisor import supervise_step
+    from jobs.settings import Settings
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path / "storage"), log_dir=str(tmp_path / "logs"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: [not, a, name]\n")
+    spec = demo_spec.model_copy(update={"pipeline": "refused_in_a_sensor"})
+    opts = {"spec_path": bad, "watch_s": 600, "backoff_s": (0,), "on_alert": None}
+    report = None
+    for _ in range(60):  # a poke every 0.5 s, each with a supervisor (and a process object) of its own
+        done, report = supervise_step(spec, s, watch="run-1", **opts)
+        if done:
+            break
+        time.sleep(0.5)
+    assert report is not None and report.gave_up, report
+    assert [r["reason"] for r in report.restarts] == ["not running"]  # its first start only
+    assert [a["kind"] for a in report.alerts] == ["refused"]
+    assert "(exit code 2: joinshift stream: " in report.alerts[0]["message"], report.alerts
