@@ -8,6 +8,7 @@ attribution all join with it, so a spec change reaches every one of them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, Window
@@ -133,12 +134,41 @@ def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: 
     return pairs.select(*output_columns(spec))
 
 
-def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from: datetime | None = None) -> DataFrame:
+@dataclass(frozen=True)
+class Handover:
+    """Which left events a replay's new run owns (writes the rows of): those that arrived from
+    ``cutover`` on, and those the old run never read, at or past the Kafka offsets its checkpoint
+    had committed (``read_to``, per partition; a partition missing from it, all of it). The old
+    run owns the rest. Without ``read_to`` (no old checkpoint, or one that cannot be read), by
+    arrival alone. By arrival alone, a left event that arrived before the cut-over but after the
+    old run's last micro-batch was written by nobody."""
+
+    cutover: datetime
+    read_to: dict[int, int] | None = field(default=None)
+
+    def owns(self) -> Column:
+        """Whether the new run owns a row (joined or not), from its left event's arrival time,
+        partition and offset (the prefixed columns: ``left_arrival_time``, ...).
+
+        ``isnull(c) OR``: no such column is null, but a bare ``c >= t`` makes Spark infer
+        ``isnotnull(c)`` and store the column as non-nullable in the join's state, whose schema the
+        live run (nullable, no such filter) then fails to restart from (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)."""
+        arrival, partition, offset = (F.col(col_name("left", c)) for c in (ARRIVAL_TIME, PARTITION, OFFSET))
+        owned = arrival.isNull() | (arrival >= F.lit(self.cutover))
+        if self.read_to is None:
+            return owned
+        unread_from: Column = F.lit(0)  # a partition the old run did not know: it read none of it
+        for p, o in sorted(self.read_to.items()):
+            unread_from = F.when(partition == F.lit(p), F.lit(o)).otherwise(unread_from)
+        return owned | partition.isNull() | offset.isNull() | (offset >= unread_from)
+
+
+def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from: Handover | None = None) -> DataFrame:
     """Typed left/right event streams -> output rows (same columns as the batch variants).
 
-    ``left_from`` (a replay's cut-over): the left events that arrived before it are the old run's,
-    so none of their rows is written. They still pass the watermark and the de-duplication, as in
-    a live run, but stay out of the join: no state, no pairs to compute and throw away.
+    ``left_from`` (a replay's :class:`Handover`): the left events the old run owns have their rows
+    written by it, not here. They still pass the watermark and the de-duplication, as in a live
+    run, but stay out of the join: no state, no pairs to compute and throw away.
 
     Works on batch DataFrames too (the watermark is then a no-op), which is how tests pin it down.
     """
@@ -149,11 +179,7 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from
         .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)])
     )
     if left_from is not None:
-        # `isnull(a) OR`: no arrival time is null, but a bare `a >= t` makes Spark infer
-        # isnotnull(a) and store the column as non-nullable in the join's state, whose schema the
-        # live run (nullable, no such filter) then fails to restart from (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)
-        arrival = F.col(col_name("left", ARRIVAL_TIME))
-        lw = lw.where(arrival.isNull() | (arrival >= F.lit(left_from)))
+        lw = lw.where(left_from.owns())
     rw = (
         prefixed(right, spec, "right")
         .withWatermark(rt, f"{spec.right.watermark_seconds} seconds")

@@ -13,13 +13,20 @@ run owns the output:
 * the old checkpoint is kept (moved to ``<checkpoint>.bak-<UTC>``), never deleted;
 * the replay holds the pipeline (:func:`jobs.supervisor.hold`): it stops the supervised stream
   process, and supervisors and scheduled increments keep off the checkpoint until it is done;
-* output is exactly once across the switch: left events that arrived before the cut-over belong
-  to the old run and are not written (they pass the watermark and the de-duplication, so a
-  re-send after the cut-over is still dropped, but stay out of the join: no state, no pairs to
-  compute and throw away); rows from the cut-over on are written through an
-  insert-only MERGE keyed by (left id, right id), so rows the old run already wrote are not
-  written again and rows it never wrote are. Delta's streaming-sink idempotence (keyed by the
-  query id, which a fresh checkpoint changes) would not protect this switch;
+* output is exactly once across the switch, and nothing falls between the two runs: the old run
+  owns the left events it read (its checkpoint's last committed offsets) that arrived before the
+  cut-over, the new run every other (:class:`~jobs.join.conditions.Handover`). A left event that
+  arrived before the cut-over but after the old run's last micro-batch (a cut-over of "now", an
+  outage that began earlier than thought) is the new run's: the replay reads the left stream from
+  the old run's offsets at the latest, and the state reaches back from that event's arrival when
+  it is older than the cut-over. The old run's events are not written (they pass the watermark
+  and the de-duplication, so a re-send is still dropped, but stay out of the join: no state, no
+  pairs to compute and throw away); the new run's go through an insert-only MERGE keyed by
+  (left id, right id), so rows the old run already wrote are not written again and rows it never
+  wrote are. Delta's streaming-sink idempotence (keyed by the query id, which a fresh checkpoint
+  changes) would not protect this switch. Without an old checkpoint that read the left topic
+  (none, one that cannot be read, one of other topics), ownership is by arrival alone: the
+  plan's ``handover`` says so;
 * the catch-up's last micro-batch, one with no data, would only evict by the watermark the data
   reached (a scan of the whole rebuilt state) and write the non-matches that closes. When the
   output holds no row of a left event from the cut-over on (the old run stopped before it, or
@@ -34,19 +41,22 @@ run owns the output:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, col_name
+from jobs.join.conditions import Handover
 from jobs.operate.checkpoint import backup_path
 from jobs.operate.process import stop_stream_process
 from jobs.settings import Settings, settings
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.stream import start_streaming_join
 from jobs.storage import delta_io, fs, kafka
+from jobs.storage.checkpoints import CheckpointError, committed_offsets
 from jobs.storage.hold import hold, stream_owner
 from jobs.storage.kafka import RetentionGap
 from jobs.storage.progress import JOIN_QUERY, settle_log
@@ -64,6 +74,9 @@ class ReplayPlan:
     starts: dict[str, str]  # topic -> replay start (arrival time, ISO)
     offsets: dict[str, dict[str, int]]  # topic -> partition -> starting offset
     checkpoint: str
+    # what the old run hands over (module docstring): its left offsets ("read_to"; absent: by arrival
+    # alone, "note" says why), the left records it had not read and the oldest one's arrival
+    handover: dict[str, Any] = field(default_factory=dict)
     backup: str | None = None
     stopped_pid: int | None = None  # the supervised stream process the replay stopped
     # whether the catch-up ended with a micro-batch without data (module docstring)
@@ -93,13 +106,60 @@ def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
 
 
 def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None = None) -> ReplayPlan:
+    """Where each stream's replay starts, and what the old run hands over (module docstring);
+    :class:`RetentionGap` when Kafka no longer holds either."""
+    return _plan(spec, cutover, bootstrap, s)[0]
+
+
+def _plan(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None) -> tuple[ReplayPlan, Handover]:
+    checkpoint = Tables.of(spec, s).checkpoint(JOIN_QUERY)
+    handover, said = old_run_handover(spec, checkpoint, cutover, bootstrap)
+    # the state must be complete for the oldest left event the new run owns
+    first = min(cutover, datetime.fromisoformat(said["oldest_unread"])) if said.get("oldest_unread") else cutover
     starts, offsets = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
-        start = replay_start(spec, side, cutover)
+        start = replay_start(spec, side, first)
         starts[st.topic] = start.isoformat()
         offsets[st.topic] = kafka.offsets_for_time(bootstrap, st.topic, start)
-    return ReplayPlan(cutover.isoformat(), starts, offsets, Tables.of(spec, s).checkpoint(JOIN_QUERY))
+    for p, o in (handover.read_to or {}).items():  # what the old run had not read, read whatever its stamp
+        offsets[spec.left.topic][str(p)] = min(o, offsets[spec.left.topic].get(str(p), o))
+    return ReplayPlan(cutover.isoformat(), starts, offsets, checkpoint, handover=said), handover
+
+
+def old_run_handover(
+    spec: JoinSpec, checkpoint: str, cutover: datetime, bootstrap: str
+) -> tuple[Handover, dict[str, Any]]:
+    """What the new run owns (:class:`Handover`), from the old checkpoint's last committed left
+    offsets, and the plan's account of it. :class:`RetentionGap` when Kafka deleted left records
+    the old run had not read: nobody wrote them, and no cut-over brings them back."""
+    topic = spec.left.topic
+    try:
+        read = committed_offsets(checkpoint)
+    except CheckpointError as e:
+        return Handover(cutover), {"note": f"the old checkpoint cannot be read ({e}): ownership by arrival alone"}
+    if not read or topic not in read:
+        why = "no old checkpoint" if read is None else f"the old checkpoint committed no read of {topic}"
+        return Handover(cutover), {"note": f"{why}: ownership by arrival alone"}
+    read_to = read[topic]
+    held = kafka.end_offsets(bootstrap, [topic], beginning=True)[topic]
+    if gone := {p: (o, held[p]) for p, o in sorted(read_to.items()) if o < held.get(p, 0)}:
+        raise RetentionGap(
+            f"{topic}: the old run had not read "
+            + ", ".join(f"partition {p} from offset {o} (Kafka holds it from {h} on)" for p, (o, h) in gone.items())
+            + ": nobody wrote those left events. Land their days and run the batch join for them, then move the "
+            "old checkpoint aside (ownership is then by arrival alone) and replay"
+        )
+    ends = kafka.end_offsets(bootstrap, [topic])
+    unread = kafka.lag({topic: read_to}, ends)
+    oldest = kafka.oldest_unread(bootstrap, {topic: read_to}, ends).get(topic)
+    if unread and oldest is None:  # where the state must reach back to is unknown
+        raise kafka.KafkaUnavailable(f"{topic}: the old run's first unread record did not come from {bootstrap}; retry")
+    return Handover(cutover, dict(read_to)), {
+        "read_to": {str(p): o for p, o in sorted(read_to.items())},
+        "unread": unread,
+        "oldest_unread": datetime.fromtimestamp(oldest / 1000, UTC).isoformat() if oldest is not None else None,
+    }
 
 
 def backup_and_clear(checkpoint: str) -> str | None:
@@ -117,12 +177,15 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     scheduled increments keep off its checkpoint): stop the supervised stream process, back up
     the checkpoint, and catch up from the replay start. The next supervisor check starts the
     stream again from the new checkpoint."""
-    plan = plan_replay(spec, cutover, bootstrap, s)
+    plan_replay(spec, cutover, bootstrap, s)  # Kafka's retention, before anything stops
     with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}") as held:
         held.at_risk = False  # until the checkpoint moves, a failure leaves the pipeline as it was
-        plan.stopped_pid = stop_stream_process(spec, s)
+        stopped = stop_stream_process(spec, s)
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
+            # the handover from where the stopped run got to
+            plan, handover = _plan(spec, cutover, bootstrap, s)
+            plan.stopped_pid = stopped
             held.at_risk = True
             plan.backup = backup_and_clear(plan.checkpoint)
             plan.closing_batch = _ends_with_closing_batch(spark, spec, cutover, s)
@@ -135,7 +198,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
                     available_now=True,
                     quarantine=False,
                     starting_offsets={t: o for t, o in plan.offsets.items()},
-                    owned_from=cutover,
+                    owned_from=handover,
                 )
                 q.awaitTermination()
             settle_log(Tables.of(spec, s).progress_log(JOIN_QUERY), q)  # the checkpoint's query, on record

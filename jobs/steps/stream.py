@@ -33,8 +33,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.join.columns import AMENDED_AT, ARRIVAL_TIME, EMITTED_AT, REVISION, col_name
-from jobs.join.conditions import join_streams, output_keys, select_batch_rows
+from jobs.join.columns import AMENDED_AT, EMITTED_AT, REVISION, col_name
+from jobs.join.conditions import Handover, join_streams, output_keys, select_batch_rows
 from jobs.join.paced_operator import STATE_LAYOUT, STATE_LAYOUTS, paced_join, split_counters
 from jobs.join.paced_state import FolderDictionaries
 from jobs.join.records import good_events, parse_records, quarantine_rows
@@ -91,13 +91,13 @@ class JoinSink:
         spec: JoinSpec,
         tables: Tables,
         *,
-        owned_from=None,
+        owned_from: Handover | None = None,
         on_batch: Callable[[int], None] | None = None,
         clock: Callable[[], datetime] | None = None,
     ):
         self.spec, self.tables, self.on_batch = spec, tables, on_batch
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.owned_from = owned_from  # a replay writes only left events that arrived from here on
+        self.owned_from = owned_from  # a replay writes only the rows of the left events it owns
         self.path, self.keys = tables.output("stream"), output_keys(spec)
         self.paced = spec.streaming.engine == Engine.paced
         self.amends = spec.corrections.horizon is not None  # late corrections (paced engine only)
@@ -139,7 +139,7 @@ class JoinSink:
         if self.amends:  # a correction is stamped with when it was made
             rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
         if self.owned_from is not None:  # the paced engine's guard; the native join leaves them out already
-            rows = rows.where(F.col(col_name("left", ARRIVAL_TIME)) >= F.lit(self.owned_from))
+            rows = rows.where(self.owned_from.owns())
         several = self.merge or self.amends  # more than one action on the rows: computed once
         if several:
             rows = rows.persist()
@@ -225,7 +225,7 @@ def start_streaming_join(
     trigger_interval: str | None = None,
     quarantine: bool = True,
     starting_offsets: dict[str, dict[str, int]] | None = None,
-    owned_from=None,
+    owned_from: Handover | None = None,
     on_batch: Callable[[int], None] | None = None,
     clock: Callable[[], datetime] | None = None,
     drain: bool = False,

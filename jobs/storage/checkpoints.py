@@ -137,3 +137,15 @@ def checkpoint_query_id(checkpoint: str) -> str:
     """The streaming query's id, which Spark writes to ``<checkpoint>/metadata`` when it starts
     and keeps across restarts; a fresh checkpoint gets a new one."""
     return read_query_id(checkpoint)
+
+
+def committed_offsets(checkpoint: str) -> dict[str, dict[int, int]] | None:
+    """``{topic: {partition: offset}}`` the checkpoint's last committed micro-batch read up to (the
+    next offset to read); ``{}`` when it committed none; None when there is no checkpoint. Raises
+    CheckpointError when its logs cannot be read."""
+    if not fs.exists(checkpoint):
+        return None
+    done = batch_ids(fs.join(checkpoint, "commits")) if fs.is_dir(fs.join(checkpoint, "commits")) else []
+    if not done:
+        return {}
+    return source_offsets(read_log_file(fs.join(checkpoint, "offsets", str(done[-1])), "offsets")[1])

@@ -165,13 +165,16 @@ def partitions(c: Any, topic: str) -> list[Any]:
     return [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
 
 
-def end_offsets(bootstrap: str, topics: list[str], timeout_ms: int = BOOTSTRAP_TIMEOUT_MS) -> Offsets:
-    """``{topic: {partition: end offset}}`` (the offset the next record will get)."""
+def end_offsets(
+    bootstrap: str, topics: list[str], timeout_ms: int = BOOTSTRAP_TIMEOUT_MS, *, beginning: bool = False
+) -> Offsets:
+    """``{topic: {partition: end offset}}`` (the offset the next record will get); with
+    ``beginning``, each partition's first offset Kafka still holds instead."""
     with consumer(bootstrap, timeout_ms=timeout_ms) as c:
         out: Offsets = {}
         for topic in topics:
             tps = partitions(c, topic)
-            ends = c.end_offsets(tps) if tps else {}
+            ends = (c.beginning_offsets if beginning else c.end_offsets)(tps) if tps else {}
             out[topic] = {tp.partition: int(off) for tp, off in ends.items()}
         return out
 

@@ -4,6 +4,7 @@ switch writes nothing twice, the old checkpoint is kept, and a retention gap fai
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def _run(spark, spec, kafka, s):
 
 
 @pytest.fixture(scope="module")
-def topics(kafka, demo_spec, own_pipeline_spec):
+def published(kafka, demo_spec, own_pipeline_spec):
+    """The deployed spec's topics, and the records sent to them."""
     from jobs.storage.kafka import create_topic
     from jobs.workload.generator import generate
     from jobs.workload.params import WorkloadParams
@@ -60,34 +62,69 @@ def topics(kafka, demo_spec, own_pipeline_spec):
     for st in (deployed.left, deployed.right):
         create_topic(kafka, st.topic)
     publish(records, kafka)
-    return deployed
+    return deployed, records
+
+
+@pytest.fixture(scope="module")
+def topics(published):
+    return published[0]
+
+
+def _new_events_arrived_before(records, topic, cutover, hour=1):
+    """The good records of ``topic`` that arrived in the hour before ``cutover``, as new events
+    (fresh ids): sent now, they are stamped before the cut-over at offsets past a run that read
+    the topic to its end (a cut-over of "now", after that run's last micro-batch)."""
+
+    def renamed(value):
+        event = json.loads(value)
+        event["event_id"] = f"handover-{event['event_id']}"
+        return json.dumps(event)
+
+    end = int(cutover.timestamp() * 1000)
+    chosen = records[
+        (records.topic == topic)
+        & records.expected_reason.isna()
+        & (records.arrival_ms >= end - hour * 3_600_000)
+        & (records.arrival_ms < end)
+    ]
+    return chosen.assign(value=chosen.value.map(renamed), event_id="handover-" + chosen.event_id)
 
 
 def test_window_change_replay_rebuilds_and_writes_nothing_twice(
-    spark, kafka, demo_spec, own_pipeline_spec, topics, test_settings, test_root
+    spark, kafka, demo_spec, own_pipeline_spec, published, test_settings, test_root
 ):
+    """Also: left events that arrived before the cut-over but after the old run's last micro-batch
+    are the replay's (by arrival alone, nobody wrote them)."""
     from jobs.operate.replay import replay
+    from jobs.workload.publisher import publish
 
-    deployed = topics
+    deployed, records = published
     changed = _spec_for(own_pipeline_spec, demo_spec, "replay", lower="-1h")
     live = dataclasses.replace(test_settings, storage_root=str(test_root / "replay" / "live"))
     _run(spark, deployed, kafka, live)
     before = _rows(spark, deployed, live)
+    unread = _new_events_arrived_before(records, deployed.left.topic, CUTOVER)
+    publish(unread, kafka)
 
     plan = replay(spark, changed, CUTOVER, bootstrap=kafka, s=live)
     after = _rows(spark, changed, live)
     assert plan.backup and Path(plan.backup).exists()  # the old checkpoint is kept
+    oldest = datetime.fromtimestamp(unread.arrival_ms.min() / 1000, UTC)
+    assert (plan.handover["unread"], plan.handover["oldest_unread"]) == (len(unread), oldest.isoformat())
     # the old run wrote rows from the cut-over on: what the last watermark closes goes through the MERGE
     assert plan.closing_batch
     assert len({(a, b) for a, b, _ in after}) == len(after)  # nothing written twice
-    cut = CUTOVER.replace(tzinfo=None)
+    cut, handed_over = CUTOVER.replace(tzinfo=None), set(unread.event_id)
     # the old run owns them (before is the table read before the replay: rows, not a DataFrame)
-    assertDataFrameEqual([r for r in after if r[2] < cut], [r for r in before if r[2] < cut])
+    old_runs = [r for r in after if r[2] < cut and r[0] not in handed_over]
+    assertDataFrameEqual(old_runs, [r for r in before if r[2] < cut])
 
     reference = dataclasses.replace(test_settings, storage_root=str(test_root / "replay" / "reference"))
     _run(spark, changed, kafka, reference)
-    wanted = {(a, b) for a, b, t in _rows(spark, changed, reference) if t >= cut and b is not None}
+    ref = _rows(spark, changed, reference)
+    wanted = {(a, b) for a, b, t in ref if (t >= cut or a in handed_over) and b is not None}
     assert wanted and wanted <= {(a, b) for a, b, _ in after}  # the rebuilt window finds every match
+    assert {a for a, _ in wanted} & handed_over  # the handed-over events' among them
 
 
 def test_a_left_stream_later_than_the_right_finds_its_matches_after_the_replay(
@@ -213,3 +250,59 @@ def test_a_retention_gap_fails_naming_it_and_the_alternative(kafka, topics):
         admin.close()
     with pytest.raises(RetentionGap, match=r"landed Delta tables"):
         plan_replay(topics, CUTOVER, kafka)
+
+
+def test_the_plan_says_what_the_old_run_hands_over_and_fails_when_kafka_deleted_what_it_had_not_read(
+    kafka, demo_spec, own_pipeline_spec, test_settings, test_root
+):
+    """No Spark: the plan reads the old checkpoint's last committed offsets (written here in
+    Spark's offset-log format: what `test_window_change_replay...` reads from a real run) and Kafka."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    from jobs.operate.replay import plan_replay
+    from jobs.storage.kafka import RetentionGap, create_topic, end_offsets
+    from jobs.storage.progress import JOIN_QUERY
+    from jobs.storage.tables import Tables
+    from jobs.workload.generator import generate
+    from jobs.workload.params import WorkloadParams
+    from jobs.workload.publisher import publish
+
+    spec = own_pipeline_spec("replay_handover")
+    s = dataclasses.replace(test_settings, storage_root=str(test_root / "replay_handover"))
+    wl = generate(WorkloadParams(left_events_per_day=40, days=1, seed=3), demo_spec)
+    for st in (spec.left, spec.right):
+        create_topic(kafka, st.topic)
+    topics = {demo_spec.left.topic: spec.left.topic, demo_spec.right.topic: spec.right.topic}
+    publish(wl.records.assign(topic=wl.records.topic.map(topics)), kafka)
+    late = datetime(2026, 11, 25, tzinfo=UTC)  # after every record
+    assert plan_replay(spec, late, kafka, s).handover == {"note": "no old checkpoint: ownership by arrival alone"}
+
+    checkpoint = Path(Tables.of(spec, s).checkpoint(JOIN_QUERY))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    assert plan_replay(spec, late, kafka, s).handover["note"].startswith("the old checkpoint committed no read of")
+    ends = end_offsets(kafka, [spec.left.topic])[spec.left.topic]
+    read_to = {p: 1 for p in ends}  # one record of each partition read
+    sources = [{spec.left.topic: {str(p): o for p, o in read_to.items()}}, {spec.right.topic: {"0": 0, "1": 0}}]
+    (checkpoint / "offsets" / "0").write_text(
+        "\n".join(["v1", json.dumps({"batchWatermarkMs": 0}), *map(json.dumps, sources)])
+    )
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    plan = plan_replay(spec, late, kafka, s)
+    assert plan.handover["read_to"] == {str(p): 1 for p in ends}
+    assert plan.handover["unread"] == sum(ends.values()) - len(ends)
+    # the unread are older than the cut-over: read from the old run's offsets at the latest, the
+    # state from where it reaches back to at the oldest of them
+    assert all(o <= 1 for o in plan.offsets[spec.left.topic].values())
+    at = datetime.fromisoformat
+    assert at(plan.starts[spec.left.topic]) < at(plan.handover["oldest_unread"]) < late
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        admin.delete_records({TopicPartition(spec.left.topic, 0): 3})  # what retention would have removed
+    finally:
+        admin.close()
+    with pytest.raises(
+        RetentionGap, match=r"the old run had not read partition 0 from offset 1 \(Kafka holds it from 3"
+    ):
+        plan_replay(spec, late, kafka, s)

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from tiny_spec import tiny_spec, tiny_spec_data
 
-from jobs.join.conditions import join_events, join_streams, match_condition
+from jobs.join.conditions import Handover, join_events, join_streams, match_condition
 from jobs.spec import parse_spec
 
 SCHEMA = "event_id string, k string, t timestamp, _arrival_time timestamp, _partition int, _offset long, ds date"
@@ -160,7 +160,7 @@ class _FileStreams:
         self.step += 1
         for side, rows in (("left", left_rows), ("right", right_rows)):
             lines = []
-            for eid, k, t, arr in rows:
+            for eid, k, t, arr, *partition in rows:  # Kafka partition 0 unless a row names one
                 lines.append(
                     json.dumps(
                         {
@@ -168,7 +168,7 @@ class _FileStreams:
                             "k": k,
                             "t": ts(t).isoformat(),
                             "_arrival_time": ts(arr).isoformat(),
-                            "_partition": 0,
+                            "_partition": partition[0] if partition else 0,
                             "_offset": self.step,
                             "ds": "2026-11-20",
                         }
@@ -225,7 +225,7 @@ def test_a_replay_joins_no_left_event_from_before_its_cut_over_but_still_de_dupl
     non-match row, no state; their ids still drop a re-send arriving after the cut-over."""
     data = tiny_spec_data()
     data["left"]["watermark_delay"] = data["right"]["watermark_delay"] = "30m"  # the re-send is not late
-    s = file_streams(parse_spec(data), left_from=ts("12:00:00"))
+    s = file_streams(parse_spec(data), left_from=Handover(ts("12:00:00")))
     s.feed(
         [("L_old", "a", "11:58:00", "11:58:30"), ("L_new", "b", "12:00:30", "12:00:31")],
         [("R_a", "a", "11:59:00", "11:59:10"), ("R_b", "b", "12:01:00", "12:01:05")],
@@ -235,6 +235,22 @@ def test_a_replay_joins_no_left_event_from_before_its_cut_over_but_still_de_dupl
     assert_pairs(s.table(), [("L_new", "R_b")])
     s.feed([("L_z", "z", "14:00:00", "14:00:01")], [("R_z", "z", "14:00:00", "14:00:01")])  # windows close
     assert_pairs(s.table(), [("L_new", "R_b"), ("L_z", "R_z")])  # no non-match row for L_old either
+
+
+def test_a_replay_owns_the_left_events_the_old_run_never_read_whenever_they_arrived(file_streams):
+    """The old run read partition 0 up to offset 2 (the feeds' offsets are their step numbers): a
+    left event at offset 2 that arrived before the cut-over is the new run's (nobody else would
+    write it), one at offset 1 the old run's; a partition the old run did not know is the new
+    run's whole."""
+    data = tiny_spec_data()
+    data["left"]["watermark_delay"] = data["right"]["watermark_delay"] = "30m"
+    s = file_streams(parse_spec(data), left_from=Handover(ts("12:00:00"), {0: 2}))
+    s.feed(
+        [("L_read", "a", "11:50:00", "11:50:30"), ("L_new_partition", "c", "11:50:00", "11:50:30", 3)],
+        [("R_a", "a", "11:51:00", "11:51:10"), ("R_c", "c", "11:51:00", "11:51:10")],
+    )
+    s.feed([("L_unread", "b", "11:55:00", "11:55:30")], [("R_b", "b", "11:56:00", "11:56:10")])
+    assert_pairs(s.table(), [("L_new_partition", "R_c"), ("L_unread", "R_b")])
 
 
 def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
