@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name
@@ -41,17 +41,24 @@ from jobs.storage.checkpoints import kafka_offsets
 from jobs.storage.progress import batch_watermark_ms
 
 
-def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, int, int]]:
-    """(batch_id, topic, partition, start_offset, end_offset, watermark_ms) per micro-batch.
-
-    A re-run micro-batch (after a crash) reads the same offsets with the same watermark, so the
-    last report of each batch id wins.
-    """
-    latest: dict[int, dict] = {}
+def latest_batches(progress: list[dict]) -> dict[tuple[int, int], dict]:
+    """Each micro-batch's last report, keyed by (checkpoint, batch id): the checkpoint is the order
+    its query id first appears in the log. A replay's fresh checkpoint numbers its batches from 0
+    again, so a batch id alone named two batches, and the later one hid the earlier one's offsets.
+    A re-run micro-batch (after a crash: the same query id) reads the same offsets with the same
+    watermark, so its last report wins."""
+    order: dict[str | None, int] = {}
+    latest: dict[tuple[int, int], dict] = {}
     for p in progress:
-        latest[p["batchId"]] = p
+        latest[(order.setdefault(p.get("id"), len(order)), int(p["batchId"]))] = p
+    return latest
+
+
+def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, int, str, int, int, int, int]]:
+    """(checkpoint, batch_id, topic, partition, start_offset, end_offset, watermark_ms) per
+    micro-batch (:func:`latest_batches`)."""
     rows = []
-    for batch_id, p in sorted(latest.items()):
+    for (run, batch_id), p in sorted(latest_batches(progress).items()):
         wm = batch_clock(p)
         for src in p.get("sources", []):
             end = kafka_offsets(src.get("endOffset"))
@@ -60,7 +67,7 @@ def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, str, int, int, 
                 for part, end_off in parts.items():
                     start_off = start.get(topic, {}).get(part, 0)
                     if end_off > start_off:
-                        rows.append((batch_id, topic, int(part), int(start_off), int(end_off), wm))
+                        rows.append((run, batch_id, topic, int(part), int(start_off), int(end_off), wm))
     return rows
 
 
@@ -140,16 +147,19 @@ def with_processing_watermark(
         raise ValueError(f"policy must be one of {', '.join(WATERMARK_POLICIES)}, not {policy!r}")
     if any(ARRIVALS_KEY in p for p in progress):
         return _with_slice_watermark(spark, landed, progress, event_time, policy, late_after)
-    ranges = [r for r in batch_offset_ranges(progress) if r[1] == topic]
+    ranges = [r for r in batch_offset_ranges(progress) if r[2] == topic]
     if policy == "previous":
-        wm_of = {}
-        for p in progress:
-            wm_of[p["batchId"]] = batch_clock(p)
-        ranges = [(b, t, part, st, en, wm_of.get(b - 1, 0)) for b, t, part, st, en, _ in ranges]
-    schema = "_batch_id long, _topic string, _p int, _start long, _end long, _watermark_ms long"
+        wm_of = {key: batch_clock(p) for key, p in latest_batches(progress).items()}
+        ranges = [(q, b, t, part, st, en, wm_of.get((q, b - 1), 0)) for q, b, t, part, st, en, _ in ranges]
+    schema = "_run int, _batch_id long, _topic string, _p int, _start long, _end long, _watermark_ms long"
     rdf = spark.createDataFrame(ranges, schema)
     cond = (F.col(PARTITION) == F.col("_p")) & (F.col(OFFSET) >= F.col("_start")) & (F.col(OFFSET) < F.col("_end"))
     out = landed.join(F.broadcast(rdf), cond, "left")
+    if len({r[0] for r in ranges}) > 1:
+        # a record two checkpoints read (an old run's, then a replay's): the latest one's batch, the
+        # state the stream goes on from (an old run's decision on a left event it owned is not told apart)
+        latest = Window.partitionBy(PARTITION, OFFSET).orderBy(F.col("_run").desc_nulls_last())
+        out = out.withColumn("_nth", F.row_number().over(latest)).where(F.col("_nth") == 1)
     return _annotated(out, landed, event_time, late_after)
 
 

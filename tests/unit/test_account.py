@@ -210,3 +210,31 @@ def test_the_paced_engine_is_judged_by_the_right_pt_its_micro_batch_ran_with(spa
     missed = lv.where(lv.event_id.isin("L1", "L2", "L3"))
     causes = {r.event_id: r.cause for r in classify_misses(spec, missed, rv).collect()}
     assert causes == {"L1": "late_right", "L2": "left_late", "L3": "other"}
+
+
+def test_a_replays_fresh_checkpoint_does_not_hide_the_old_runs_micro_batches(spark):
+    """The progress log holds the old run's micro-batches and then a replay's, whose fresh
+    checkpoint numbers its batches from 0 again. Keyed by batch id alone, the replay's batch 0
+    replaced the old run's: the records only the old run read (offsets 0, 1) read as unread
+    (``not_yet_processed``). Each record gets the batch of the latest checkpoint that read it, once."""
+    from jobs.accuracy.attribution import with_processing_watermark
+
+    landed = spark.createDataFrame(
+        [(f"E{o}", "k", ts("12:00:00"), 0, o) for o in range(6)],
+        "event_id string, k string, t timestamp, _partition int, _offset long",
+    )
+
+    def batch(query: str, b: int, start: int, end: int, watermark: str) -> dict:
+        return {
+            "id": query,
+            "batchId": b,
+            "eventTime": {"watermark": f"2026-11-20T{watermark}.000Z"},
+            "sources": [{"startOffset": {"topic": {"0": start}}, "endOffset": {"topic": {"0": end}}}],
+        }
+
+    old_run = [batch("old", 0, 0, 3, "11:00:00"), batch("old", 1, 3, 6, "11:30:00")]
+    replay = [batch("replay", 0, 2, 6, "10:00:00")]
+    view = with_processing_watermark(spark, landed, "topic", old_run + replay, "t", "current")
+    rows = sorted((r.event_id, r._batch_id, r._watermark_ms) for r in view.collect())
+    old_wm, replay_wm = (int(ts(w).timestamp() * 1000) for w in ("11:00:00", "10:00:00"))
+    assert rows == [("E0", 0, old_wm), ("E1", 0, old_wm)] + [(f"E{o}", 0, replay_wm) for o in range(2, 6)]
