@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from jobs.join.columns import ARRIVAL_TIME, OFFSET, PARTITION, col_name
 from jobs.join.conditions import match_condition
 from jobs.join.records import arrival_ds
-from jobs.join.variants import VARIANTS, right_days
+from jobs.join.variants import VARIANTS, right_days, shortest_day_s
 from jobs.spec import Engine, JoinSpec
 from jobs.steps.replay_live import ARRIVALS_KEY  # a replay-as-live batch's record-time range
 from jobs.storage.checkpoints import kafka_offsets
@@ -406,8 +406,9 @@ def account_ds(
 
 
 def reach_days(spec: JoinSpec, ds: date) -> tuple[date, date]:
-    """First and last arrival day of right events that can sit in the window of a left of ``ds``."""
-    day = 86400
+    """First and last arrival day of right events that can sit in the window of a left of ``ds``
+    (a day of 23 h in a zone with daylight saving: :func:`jobs.join.variants.shortest_day_s`)."""
+    day = shortest_day_s(spec.timezone)
     before = max(1, -(-max(0, -spec.window.lower_seconds) // day))
     after = max(1, -(-max(0, spec.window.upper_seconds) // day))
     return ds - timedelta(days=int(before)), ds + timedelta(days=int(after))

@@ -42,7 +42,8 @@ Which right events may pair with a left event of ds ``D`` (``right_days``):
 * ``"same"``       -- right rows of the same ds: ``batch_1d_windowed`` semantics (the paper's
                       batch-1d-to-3.5h), even when several ds are swept together;
 * ``"neighbours"`` -- right rows of every ds the widest window reaches, ``D + floor(lower / 1d)``
-                      .. ``D + ceil(upper / 1d)`` (:func:`jobs.join.variants.window_day_offsets`):
+                      .. ``D + ceil(upper / 1d)`` (:func:`jobs.join.variants.window_day_offsets`;
+                      a day of 23 h in a zone with daylight saving):
                       the ``reference`` variant's read set, restricted to the window -- what a
                       stream sees across midnight (for a window within a day: ``D−1`` if the
                       lower bound is negative, ``D``, ``D+1`` if the upper bound is positive).
@@ -87,10 +88,10 @@ _US = 1_000_000
 # ------------------------------------------------------------------------------- the sweep
 
 
-def neighbour_offsets(lower_s: int, upper_s: int) -> list[int]:
+def neighbour_offsets(lower_s: int, upper_s: int, timezone: str) -> list[int]:
     """Right ds offsets (days) a left ds reads under ``right_days="neighbours"``: every day the
     window reaches, the same rule as the ``reference`` variant."""
-    return window_day_offsets(lower_s, upper_s)
+    return window_day_offsets(lower_s, upper_s, timezone)
 
 
 def _cell_tree(d: Column, points: Sequence[int], i: int, j: int) -> Column:
@@ -203,7 +204,7 @@ def _pair_histogram(left: DataFrame, right: DataFrame, spec: JoinSpec, cl: _Cell
     group = [col_name("right", k) for k in spec.right.key]
     cond = match_condition(spec.with_window(timedelta(seconds=cl.lo), timedelta(seconds=cl.hi)))
     if right_days != "all":
-        offsets = [0] if right_days == "same" else neighbour_offsets(cl.lo, cl.hi)
+        offsets = [0] if right_days == "same" else neighbour_offsets(cl.lo, cl.hi, spec.timezone)
         # left ds D reads right ds R iff R - D is one of the offsets, i.e. D = R - offset
         targets = [F.date_sub(F.col("_right_ds"), o) for o in offsets]
         r_df = r_df.withColumn("_target", targets[0] if len(targets) == 1 else F.explode(F.array(*targets)))
@@ -265,7 +266,7 @@ def _cell_sets(left: DataFrame, right: DataFrame, spec: JoinSpec, cl: _Cells, ri
     if right_days == "same":
         cond = cond & (F.col("_right_ds") == F.col("ds"))
     elif right_days == "neighbours":
-        cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(cl.lo, cl.hi))
+        cond = cond & F.datediff(F.col("_right_ds"), F.col("ds")).isin(neighbour_offsets(cl.lo, cl.hi, spec.timezone))
     # Left events hash-partitioned by the equi-join keys up front: whether Spark then broadcasts the
     # right side or sort-merges, the join output keeps that partitioning, so the per-left
     # aggregation below (grouped by the key too) runs without another shuffle.
@@ -379,12 +380,14 @@ def sweep(
 # ------------------------------------------------------------------------------- I/O shell
 
 
-def right_read_days(ds_list: Sequence[date], candidates: Sequence[tuple[int, int]], right_days: str) -> list[date]:
+def right_read_days(
+    ds_list: Sequence[date], candidates: Sequence[tuple[int, int]], right_days: str, *, timezone: str
+) -> list[date]:
     """The right partitions ``sweep_ds`` reads: the ds themselves ("same"), or every day the widest
     candidate reaches ("neighbours": :func:`neighbour_offsets`, the ``reference`` variant's days)."""
     if right_days not in ("same", "neighbours"):
         raise ValueError(f"right_days must be 'same' or 'neighbours', not {right_days!r}")
-    offsets = [0] if right_days == "same" else neighbour_offsets(*widest(check_candidates(candidates)))
+    offsets = [0] if right_days == "same" else neighbour_offsets(*widest(check_candidates(candidates)), timezone)
     return sorted({d + timedelta(days=o) for d in ds_list for o in offsets})
 
 
@@ -413,7 +416,7 @@ def sweep_ds(
     if not ds_list:
         raise ValueError("ds_list is empty: name at least one left partition")
     tables = Tables.of(spec, s)
-    days = right_read_days(ds_list, candidates, right_days)
+    days = right_read_days(ds_list, candidates, right_days, timezone=spec.timezone)
     missing = missing_days(list(days), landed_days(spark, tables, "right"))
     if missing:  # the day-edge rule: the sweep would miss the late matches those days hold
         raise PartitionsNotLanded(f"the window sweep (--right-days {right_days})", max(ds_list), missing)

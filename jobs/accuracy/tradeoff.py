@@ -301,7 +301,7 @@ def observe(
     from jobs.storage.tables import Tables
 
     tables = Tables.of(spec, s)
-    reach = window_day_offsets(*widest)  # a window longer than a day reaches N days
+    reach = window_day_offsets(*widest, spec.timezone)  # a window longer than a day reaches N days
     landed_right = landed_days(spark, tables, "right")
     waiting = {
         str(d): [str(m) for m in missing_days([d + timedelta(days=o) for o in reach], landed_right)] for d in days

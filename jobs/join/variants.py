@@ -6,7 +6,8 @@ right-stream days each reads.
                         (ds+1 for a positive upper bound, ds−1 for a negative lower bound), key only
 * ``batch_1d_windowed`` left ds ⋈ right ds, restricted to the spec's window
 * ``reference``         left ds ⋈ every right ds the window reaches (``ds + floor(lower / 1d)`` ..
-                        ``ds + ceil(upper / 1d)``: N days for a window longer than a day),
+                        ``ds + ceil(upper / 1d)``: N days for a window longer than a day; a
+                        day of 23 h in a zone with daylight saving),
                         restricted to the window: the join with no daily cut-off, the ceiling a
                         streaming join can reach (a right event arriving later than the last of
                         those days is out of its reach too)
@@ -16,8 +17,10 @@ Every variant applies the spec's extra ``join.predicate`` when it has one (it is
 
 from __future__ import annotations
 
+import functools
 import math
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from jobs.spec import JoinSpec
 
@@ -38,10 +41,22 @@ WINDOWED_VARIANTS = ("batch_1d_windowed", REFERENCE, "stream")
 DAY_S = 86_400
 
 
-def window_day_offsets(lower_s: int, upper_s: int) -> list[int]:
+@functools.cache
+def shortest_day_s(timezone: str) -> int:
+    """The shortest day of ``timezone``'s ds partitions: 23 h where clocks change for daylight
+    saving (its offset differs between January and July), else 24 h."""
+    zone = ZoneInfo(timezone)
+    offsets = {datetime(2026, month, 1, tzinfo=zone).utcoffset() for month in (1, 7)}
+    return DAY_S - 3600 if len(offsets) > 1 else DAY_S
+
+
+def window_day_offsets(lower_s: int, upper_s: int, timezone: str = "UTC") -> list[int]:
     """Right ds offsets (days) the window ``[lower_s, upper_s]`` reaches from a left ds:
-    ``floor(lower / 1d) .. ceil(upper / 1d)``; ``[-3h, +30m]`` -> ``[-1, 0, 1]``, ``[0, +36h]`` -> ``[0, 1, 2]``."""
-    return list(range(math.floor(lower_s / DAY_S), math.ceil(upper_s / DAY_S) + 1))
+    ``floor(lower / 1d) .. ceil(upper / 1d)``; ``[-3h, +30m]`` -> ``[-1, 0, 1]``, ``[0, +36h]`` -> ``[0, 1, 2]``.
+    A day is ``timezone``'s shortest (:func:`shortest_day_s`): across a 23-hour day a window of
+    ``[0, +24h]`` reaches two days ahead (23:30 + 24 h is 00:30 two dates later)."""
+    day = shortest_day_s(timezone)
+    return list(range(math.floor(lower_s / day), math.ceil(upper_s / day) + 1))
 
 
 def right_offsets(spec: JoinSpec, variant: str) -> list[int]:
@@ -50,7 +65,7 @@ def right_offsets(spec: JoinSpec, variant: str) -> list[int]:
         raise ValueError(f"variant must be one of {', '.join(DAILY_VARIANTS)}, not {variant!r}")
     lower, upper = spec.window.lower_seconds, spec.window.upper_seconds
     if variant == REFERENCE:
-        return window_day_offsets(lower, upper)
+        return window_day_offsets(lower, upper, spec.timezone)
     if variant == "batch_1d_2d":  # the paper's baseline: at most the neighbouring days, whatever the window
         return [*([-1] if lower < 0 else []), 0, *([1] if upper > 0 else [])]
     return [0]

@@ -89,9 +89,31 @@ def test_reference_reads_every_day_the_window_reaches_batch_1d_2d_only_the_neigh
 def test_the_sweeps_neighbours_read_the_references_days():
     from jobs.accuracy.sweep import right_read_days
 
-    for lower, upper in ((-3 * 3600, 1800), (0, 36 * 3600), (-50 * 3600, 0), (0, 0)):
-        spec = make_spec(window={"lower": f"{lower}s", "upper": f"{upper}s"})
-        assert right_read_days([D20], [(lower, upper)], "neighbours") == right_days(spec, "reference", D20)
+    for zone in ("UTC", "America/Los_Angeles"):
+        for lower, upper in ((-3 * 3600, 1800), (0, 36 * 3600), (-50 * 3600, 0), (0, 0), (0, 86400)):
+            spec = make_spec(timezone=zone, window={"lower": f"{lower}s", "upper": f"{upper}s"})
+            reads = right_read_days([D20], [(lower, upper)], "neighbours", timezone=zone)
+            assert reads == right_days(spec, "reference", D20), (zone, lower, upper)
+
+
+def test_across_a_23_hour_day_a_window_of_a_day_reaches_two_dates_ahead():
+    """Pacific ds partitions: clocks go forward on 2026-03-08, a day of 23 hours. A search at 23:30
+    on 03-07 and its click 24 hours later, at 00:30 on 03-09: the reference read 03-07 and 03-08
+    only (a day taken as 24 h), so the cut-off-free ceiling missed the pair, as did the recommendation
+    and the attribution's days. UTC days are all 24 h: nothing changes there."""
+    from zoneinfo import ZoneInfo
+
+    from jobs.accuracy.attribution import reach_days
+
+    pacific = ZoneInfo("America/Los_Angeles")
+    search = datetime(2026, 3, 7, 23, 30, tzinfo=pacific)
+    assert (search.astimezone(UTC) + timedelta(hours=24)).astimezone(pacific).date() == date(2026, 3, 9)  # elapsed
+    day = make_spec(timezone="America/Los_Angeles", window={"lower": "0s", "upper": "+24h"})
+    assert right_days(day, "reference", date(2026, 3, 7)) == [date(2026, 3, 7), date(2026, 3, 8), date(2026, 3, 9)]
+    assert reach_days(day, date(2026, 3, 7))[1] == date(2026, 3, 9)
+    utc = make_spec(window={"lower": "0s", "upper": "+24h"})
+    assert right_days(utc, "reference", date(2026, 3, 7)) == [date(2026, 3, 7), date(2026, 3, 8)]
+    assert window_day_offsets(-3 * 3600, 1800, "America/Los_Angeles") == [-1, 0, 1]  # a window within a day: as in UTC
 
 
 def test_a_window_longer_than_a_day_matches_across_two_midnights(spark):

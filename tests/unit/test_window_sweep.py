@@ -185,10 +185,10 @@ def test_right_days_same_neighbours_and_all_across_midnight(spark):
         }
     # neighbours reads ds−1 only when the widest window reaches back: here it does not
     assert as_dict(sweep(left, right, spec, [(0, H)], right_days="neighbours"))[(D20, 0, H)] == (1, 1, 1)
-    assert right_read_days([D21], [(0, H)], "neighbours") == [D21, D22]
-    assert right_read_days([D21], [(-H, 0)], "neighbours") == [D20, D21]
-    assert right_read_days([D20, D21], [(-H, H)], "neighbours") == [date(2026, 11, 19), D20, D21, D22]
-    assert right_read_days([D20, D21], [(-H, H)], "same") == [D20, D21]
+    assert right_read_days([D21], [(0, H)], "neighbours", timezone="UTC") == [D21, D22]
+    assert right_read_days([D21], [(-H, 0)], "neighbours", timezone="UTC") == [D20, D21]
+    assert right_read_days([D20, D21], [(-H, H)], "neighbours", timezone="UTC") == [date(2026, 11, 19), D20, D21, D22]
+    assert right_read_days([D20, D21], [(-H, H)], "same", timezone="UTC") == [D20, D21]
 
 
 def test_bit_ranges():
