@@ -63,7 +63,7 @@ def joinshift_supervise():
 
         return airflow_tasks.load_health(params["spec"])
 
-    @task(trigger_rule="one_failed", retries=0)
+    @task(trigger_rule="one_failed", retries=0, on_failure_callback=None)  # the failed task alerted
     def run_failed() -> None:
         """The run's state: `load_health` runs after a failed watch too, and a run's state is its last tasks'."""
         from airflow.sdk.exceptions import AirflowFailException

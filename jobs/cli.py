@@ -451,6 +451,7 @@ class CommandFailed(SystemExit):
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_file = os.environ.pop(EXIT_FILE_ENV, None)  # this process's to write, not its children's
     code: int | str | None = 1  # an exception no handler below turns into a line: Python exits 1
     try:
         code = _main(argv)
@@ -459,18 +460,18 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         raise
     finally:
-        _record_exit(code)
+        if exit_file:
+            _record_exit(exit_file, code)
 
 
-def _record_exit(code: int | str | None) -> None:
+def _record_exit(path: str, code: int | str | None) -> None:
     """How this process ended, where the process that started it asked (``EXIT_FILE_ENV``): a
     supervisor that did not start it (a later sensor poke) reads it there."""
-    if path := os.environ.get(EXIT_FILE_ENV):
-        status = code if isinstance(code, int) else 0 if code is None else 1
-        with contextlib.suppress(OSError):
-            tmp = Path(path).with_name(Path(path).name + ".tmp")
-            tmp.write_text(json.dumps({"pid": os.getpid(), "exit_code": status}) + "\n")
-            tmp.replace(path)
+    status = code & 0xFF if isinstance(code, int) else 0 if code is None else 1  # what the OS reports
+    with contextlib.suppress(OSError):
+        tmp = Path(path).with_name(Path(path).name + ".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "exit_code": status}) + "\n")
+        tmp.replace(path)
 
 
 def _main(argv: list[str] | None) -> int:

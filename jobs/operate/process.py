@@ -163,7 +163,7 @@ class StreamProcess:
         if self._proc is not None and self._proc.pid == self.pid:
             return self._proc.poll()
         pid = self.pid or self._record().get("pid")
-        if pid is None or pid_alive(pid):
+        if pid is None or _is_stream_process(pid):  # a pid reused since by another process: it ended
             return None
         try:
             ended = json.loads(self.exit_file.read_text())

@@ -54,6 +54,7 @@ def test_a_spec_that_does_not_exist_fails_the_task_at_once_not_after_its_retries
         dagbag, "joinshift_report", run_conf={"spec": str(missing)}, logical_date=datetime(2026, 11, 20, tzinfo=UTC)
     )
     assert tasks["quality_gates"] == ("failed", 1) and tasks["accuracy_report"] == ("failed", 1), tasks
+    assert tasks["run_failed"] == ("failed", 1), tasks  # the run's last task: it fails the run
     with pytest.raises(AirflowFailException, match=f"^{re.escape(f'join spec {missing} does not exist')}"):
         airflow_tasks.report(str(missing), "2026-11-20")
 
