@@ -393,7 +393,7 @@ def _gate_parser(gp: argparse.ArgumentParser, fmt: type[argparse.HelpFormatter])
     rb.add_argument("--to", choices=("shadow", "canary", "cutover"), help="the stage to go back to (default shadow)")
     rb.add_argument("--reason", help="why (recorded with the decision)")
     rb.add_argument("--by", help="who decides (default: the OS user)")
-    vw = action("view", "which table the public (or canary) view reads now, and its rows")
+    vw = action("view", "which table the public (or canary) view reads now, and its row count")
     vw.add_argument("--canary", action="store_true", help="the canary view instead of the public one")
 
 
