@@ -13,13 +13,16 @@ run owns the output:
 * the old checkpoint is kept (moved to ``<checkpoint>.bak-<UTC>``), never deleted;
 * the replay holds the pipeline (:func:`jobs.supervisor.hold`): it stops the supervised stream
   process, and supervisors and scheduled increments keep off the checkpoint until it is done;
-* output is exactly once across the switch, and nothing falls between the two runs: the old run
-  owns the left events it read (its checkpoint's last committed offsets) that arrived before the
-  cut-over, the new run every other (:class:`~jobs.join.conditions.Handover`). A left event that
-  arrived before the cut-over but after the old run's last micro-batch (a cut-over of "now", an
-  outage that began earlier than thought) is the new run's: the replay reads the left stream from
-  the old run's offsets at the latest, and the state reaches back from that event's arrival when
-  it is older than the cut-over. The old run's events are not written (they pass the watermark
+* output is exactly once across the switch: the old run owns the left events it read (its
+  checkpoint's last committed offsets) that arrived before the cut-over, the new run every other
+  (:class:`~jobs.join.conditions.Handover`). A left event that arrived before the cut-over but
+  after the old run's last micro-batch (an outage that began earlier than thought) is the new
+  run's: the replay reads the left stream from the old run's offsets at the latest, and the state
+  reaches back from that event's arrival when it is older than the cut-over. (A left event the
+  old run owns whose window it still held open when it stopped gets no rows from then on: pick a
+  cut-over at or before its last watermark, ``handover.old_watermark``, less the window's upper
+  bound. A replay run again after a failure reads the handover its first run recorded in the
+  checkpoint it was building: :data:`HANDOVER_RECORD`.) The old run's events are not written (they pass the watermark
   and the de-duplication, so a re-send is still dropped, but stay out of the join: no state, no
   pairs to compute and throw away); the new run's go through an insert-only MERGE keyed by
   (left id, right id), so rows the old run already wrote are not written again and rows it never
@@ -40,6 +43,7 @@ run owns the output:
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -57,7 +61,7 @@ from jobs.spec import Engine, JoinSpec
 from jobs.steps.stream import start_streaming_join
 from jobs.storage import delta_io, fs, kafka
 from jobs.storage.checkpoints import CheckpointError, committed_offsets
-from jobs.storage.hold import hold, stream_owner
+from jobs.storage.hold import current_hold, hold, stream_owner
 from jobs.storage.kafka import RetentionGap
 from jobs.storage.progress import JOIN_QUERY, settle_log
 from jobs.storage.spark import NO_DATA_BATCHES, conf_for
@@ -108,12 +112,20 @@ def replay_start(spec: JoinSpec, side: str, cutover: datetime) -> datetime:
 def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None = None) -> ReplayPlan:
     """Where each stream's replay starts, and what the old run hands over (module docstring);
     :class:`RetentionGap` when Kafka no longer holds either."""
-    return _plan(spec, cutover, bootstrap, s)[0]
+    return _plan(spec, cutover, bootstrap, s, resumed=_resuming(spec, s))[0]
 
 
-def _plan(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None) -> tuple[ReplayPlan, Handover]:
+def _resuming(spec: JoinSpec, s: Settings | None) -> bool:
+    """Whether a replay failed part-way under its hold: the checkpoint in place is its half-built one."""
+    earlier = current_hold(spec, s)
+    return bool(earlier and earlier.get("failed"))
+
+
+def _plan(
+    spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None, *, resumed: bool = False
+) -> tuple[ReplayPlan, Handover]:
     checkpoint = Tables.of(spec, s).checkpoint(JOIN_QUERY)
-    handover, said = old_run_handover(spec, checkpoint, cutover, bootstrap)
+    handover, said = old_run_handover(spec, checkpoint, cutover, bootstrap, resumed=resumed)
     # the state must be complete for the oldest left event the new run owns
     first = min(cutover, datetime.fromisoformat(said["oldest_unread"])) if said.get("oldest_unread") else cutover
     starts, offsets = {}, {}
@@ -127,21 +139,40 @@ def _plan(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings | None)
     return ReplayPlan(cutover.isoformat(), starts, offsets, checkpoint, handover=said), handover
 
 
+#: What a replay records in the checkpoint it builds, before it starts: the old run's handover
+#: (``read_to`` or ``note``), which a replay run again after a failure reads there (the old run's
+#: checkpoint is then a backup, and the one in its place the failed replay's, half-built).
+HANDOVER_RECORD = "joinshift_handover.json"
+
+
 def old_run_handover(
-    spec: JoinSpec, checkpoint: str, cutover: datetime, bootstrap: str
+    spec: JoinSpec, checkpoint: str, cutover: datetime, bootstrap: str, *, resumed: bool = False
 ) -> tuple[Handover, dict[str, Any]]:
     """What the new run owns (:class:`Handover`), from the old checkpoint's last committed left
-    offsets, and the plan's account of it. :class:`RetentionGap` when Kafka deleted left records
-    the old run had not read: nobody wrote them, and no cut-over brings them back."""
+    offsets (``resumed``: as the failed replay this one runs again recorded them), and the plan's
+    account of it. :class:`RetentionGap` when Kafka deleted left records the old run had not
+    read: nobody wrote them, and no cut-over brings them back."""
     topic = spec.left.topic
-    try:
-        read = committed_offsets(checkpoint)
-    except CheckpointError as e:
-        return Handover(cutover), {"note": f"the old checkpoint cannot be read ({e}): ownership by arrival alone"}
-    if not read or topic not in read:
-        why = "no old checkpoint" if read is None else f"the old checkpoint committed no read of {topic}"
-        return Handover(cutover), {"note": f"{why}: ownership by arrival alone"}
-    read_to = read[topic]
+    recorded = _recorded_handover(checkpoint) if resumed else None
+    if recorded is not None and "read_to" not in recorded:
+        return Handover(cutover), {"note": recorded.get("note", "ownership by arrival alone")}
+    ends = kafka.end_offsets(bootstrap, [topic])[topic]
+    if recorded is not None:
+        read_to, watermark = {int(p): o for p, o in recorded["read_to"].items()}, recorded.get("old_watermark")
+    else:
+        try:
+            committed = committed_offsets(checkpoint)
+        except CheckpointError as e:
+            return Handover(cutover), {"note": f"the old checkpoint cannot be read ({e}): ownership by arrival alone"}
+        if not committed or topic not in committed[0]:
+            why = "no old checkpoint" if committed is None else f"the old checkpoint committed no read of {topic}"
+            return Handover(cutover), {"note": f"{why}: ownership by arrival alone"}
+        read_to, wm = committed[0][topic], committed[1]
+        watermark = datetime.fromtimestamp(wm / 1000, UTC).isoformat() if wm else None
+        if past := {p: o for p, o in read_to.items() if o > ends.get(p, 0)}:  # the topic was made again since
+            note = f"the old checkpoint read {topic} past its end ({past}): ownership by arrival alone"
+            return Handover(cutover), {"note": note}
+        read_to = {p: read_to.get(p, 0) for p in sorted({*read_to, *ends})}  # a partition it never read: from 0
     held = kafka.end_offsets(bootstrap, [topic], beginning=True)[topic]
     if gone := {p: (o, held[p]) for p, o in sorted(read_to.items()) if o < held.get(p, 0)}:
         raise RetentionGap(
@@ -150,16 +181,23 @@ def old_run_handover(
             + ": nobody wrote those left events. Land their days and run the batch join for them, then move the "
             "old checkpoint aside (ownership is then by arrival alone) and replay"
         )
-    ends = kafka.end_offsets(bootstrap, [topic])
-    unread = kafka.lag({topic: read_to}, ends)
-    oldest = kafka.oldest_unread(bootstrap, {topic: read_to}, ends).get(topic)
+    unread = kafka.lag({topic: read_to}, {topic: ends})
+    oldest = kafka.oldest_unread(bootstrap, {topic: read_to}, {topic: ends}).get(topic)
     if unread and oldest is None:  # where the state must reach back to is unknown
         raise kafka.KafkaUnavailable(f"{topic}: the old run's first unread record did not come from {bootstrap}; retry")
-    return Handover(cutover, dict(read_to)), {
+    return Handover(cutover, read_to), {
         "read_to": {str(p): o for p, o in sorted(read_to.items())},
         "unread": unread,
         "oldest_unread": datetime.fromtimestamp(oldest / 1000, UTC).isoformat() if oldest is not None else None,
+        "old_watermark": watermark,
     }
+
+
+def _recorded_handover(checkpoint: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(fs.read_text(fs.join(checkpoint, HANDOVER_RECORD)))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def backup_and_clear(checkpoint: str) -> str | None:
@@ -177,17 +215,19 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     scheduled increments keep off its checkpoint): stop the supervised stream process, back up
     the checkpoint, and catch up from the replay start. The next supervisor check starts the
     stream again from the new checkpoint."""
-    plan_replay(spec, cutover, bootstrap, s)  # Kafka's retention, before anything stops
+    resumed = _resuming(spec, s)  # read before the hold takes the failed one over
+    _plan(spec, cutover, bootstrap, s, resumed=resumed)  # Kafka's retention, before anything stops
     with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}") as held:
         held.at_risk = False  # until the checkpoint moves, a failure leaves the pipeline as it was
         stopped = stop_stream_process(spec, s)
         # an increment still running refuses the replay before the checkpoint moves
         with stream_owner(spec, s, role="replay"):
             # the handover from where the stopped run got to
-            plan, handover = _plan(spec, cutover, bootstrap, s)
+            plan, handover = _plan(spec, cutover, bootstrap, s, resumed=resumed)
             plan.stopped_pid = stopped
             held.at_risk = True
             plan.backup = backup_and_clear(plan.checkpoint)
+            fs.write_text(fs.join(plan.checkpoint, HANDOVER_RECORD), json.dumps(plan.handover))
             plan.closing_batch = _ends_with_closing_batch(spark, spec, cutover, s)
             with conf_for(spark, {} if plan.closing_batch else {NO_DATA_BATCHES: "false"}):
                 (q,) = start_streaming_join(

@@ -139,13 +139,15 @@ def checkpoint_query_id(checkpoint: str) -> str:
     return read_query_id(checkpoint)
 
 
-def committed_offsets(checkpoint: str) -> dict[str, dict[int, int]] | None:
-    """``{topic: {partition: offset}}`` the checkpoint's last committed micro-batch read up to (the
-    next offset to read); ``{}`` when it committed none; None when there is no checkpoint. Raises
-    CheckpointError when its logs cannot be read."""
+def committed_offsets(checkpoint: str) -> tuple[dict[str, dict[int, int]], int | None] | None:
+    """``({topic: {partition: offset}}, watermark ms)`` of the checkpoint's last committed
+    micro-batch: the offsets it read up to (the next offset to read) and the watermark it ran with
+    (None before there is one); ``({}, None)`` when it committed none; None when there is no
+    checkpoint. Raises CheckpointError when its logs cannot be read."""
     if not fs.exists(checkpoint):
         return None
     done = batch_ids(fs.join(checkpoint, "commits")) if fs.is_dir(fs.join(checkpoint, "commits")) else []
     if not done:
-        return {}
-    return source_offsets(read_log_file(fs.join(checkpoint, "offsets", str(done[-1])), "offsets")[1])
+        return {}, None
+    entries = read_log_file(fs.join(checkpoint, "offsets", str(done[-1])), "offsets")[1]
+    return source_offsets(entries), int(entries[0].get("batchWatermarkMs") or 0) or None

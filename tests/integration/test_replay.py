@@ -297,6 +297,27 @@ def test_the_plan_says_what_the_old_run_hands_over_and_fails_when_kafka_deleted_
     at = datetime.fromisoformat
     assert at(plan.starts[spec.left.topic]) < at(plan.handover["oldest_unread"]) < late
 
+    assert plan.handover["old_watermark"] is None  # this checkpoint's batch ran before any watermark
+
+    # a replay that failed part-way left its hold, marked failed, and its half-built checkpoint in
+    # the old one's place (the old one a backup): run again, the replay reads the handover its
+    # first run recorded there, not where the half-built one got to
+    from jobs.operate.replay import HANDOVER_RECORD
+    from jobs.storage.hold import current_hold, hold
+
+    with pytest.raises(RuntimeError, match="broker gone"):
+        with hold(spec, s, reason="replay from cut-over"):
+            checkpoint.rename(checkpoint.with_name(checkpoint.name + ".bak-1"))
+            (checkpoint / "offsets").mkdir(parents=True)
+            (checkpoint / "commits").mkdir()
+            (checkpoint / HANDOVER_RECORD).write_text(json.dumps(plan.handover))
+            sources = [{spec.left.topic: {str(p): 3 for p in ends}}, {spec.right.topic: {"0": 0, "1": 0}}]
+            (checkpoint / "offsets" / "0").write_text("\n".join(["v1", json.dumps({}), *map(json.dumps, sources)]))
+            (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+            raise RuntimeError("broker gone")
+    assert current_hold(spec, s)["failed"]
+    assert plan_replay(spec, late, kafka, s).handover["read_to"] == {str(p): 1 for p in ends}
+
     admin = KafkaAdminClient(bootstrap_servers=kafka)
     try:
         admin.delete_records({TopicPartition(spec.left.topic, 0): 3})  # what retention would have removed
