@@ -115,10 +115,14 @@ def plan_replay(spec: JoinSpec, cutover: datetime, bootstrap: str, s: Settings |
     return _plan(spec, cutover, bootstrap, s, resumed=_resuming(spec, s))[0]
 
 
+#: How a replay names its hold (a replay-as-live trial holds the pipeline too).
+HOLD_REASON = "replay from cut-over"
+
+
 def _resuming(spec: JoinSpec, s: Settings | None) -> bool:
     """Whether a replay failed part-way under its hold: the checkpoint in place is its half-built one."""
     earlier = current_hold(spec, s)
-    return bool(earlier and earlier.get("failed"))
+    return bool(earlier and earlier.get("failed") and str(earlier.get("reason", "")).startswith(HOLD_REASON))
 
 
 def _plan(
@@ -217,7 +221,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
     stream again from the new checkpoint."""
     resumed = _resuming(spec, s)  # read before the hold takes the failed one over
     _plan(spec, cutover, bootstrap, s, resumed=resumed)  # Kafka's retention, before anything stops
-    with hold(spec, s, reason=f"replay from cut-over {cutover.isoformat()}") as held:
+    with hold(spec, s, reason=f"{HOLD_REASON} {cutover.isoformat()}") as held:
         held.at_risk = False  # until the checkpoint moves, a failure leaves the pipeline as it was
         stopped = stop_stream_process(spec, s)
         # an increment still running refuses the replay before the checkpoint moves

@@ -302,11 +302,11 @@ def test_the_plan_says_what_the_old_run_hands_over_and_fails_when_kafka_deleted_
     # a replay that failed part-way left its hold, marked failed, and its half-built checkpoint in
     # the old one's place (the old one a backup): run again, the replay reads the handover its
     # first run recorded there, not where the half-built one got to
-    from jobs.operate.replay import HANDOVER_RECORD
+    from jobs.operate.replay import HANDOVER_RECORD, HOLD_REASON
     from jobs.storage.hold import current_hold, hold
 
     with pytest.raises(RuntimeError, match="broker gone"):
-        with hold(spec, s, reason="replay from cut-over"):
+        with hold(spec, s, reason=f"{HOLD_REASON} {late.isoformat()}"):
             checkpoint.rename(checkpoint.with_name(checkpoint.name + ".bak-1"))
             (checkpoint / "offsets").mkdir(parents=True)
             (checkpoint / "commits").mkdir()
