@@ -137,18 +137,22 @@ def join_events(left: DataFrame, right: DataFrame, spec: JoinSpec, *, windowed: 
 @dataclass(frozen=True)
 class Handover:
     """Which left events a replay's new run owns (writes the rows of): those that arrived from
-    ``cutover`` on, and those the old run never read, at or past the Kafka offsets its checkpoint
-    had committed (``read_to``, per partition; a partition missing from it, all of it). The old
-    run owns the rest. Without ``read_to`` (no old checkpoint, or one that cannot be read), by
-    arrival alone. By arrival alone, a left event that arrived before the cut-over but after the
-    old run's last micro-batch was written by nobody."""
+    ``cutover`` on; those the old run never read, at or past the Kafka offsets its checkpoint had
+    committed (``read_to``, per partition; a partition missing from it, all of it); and those whose
+    window the old run still held open when it stopped: event time after ``open_from`` (its last
+    watermark less the window's upper bound; Spark evicts a left row, writing its non-match, once
+    its event time is at or behind that). The old run owns the rest, rows it wrote or will never
+    write again alike. Without ``read_to`` (no old checkpoint, or one that cannot be read), by
+    arrival alone. By arrival alone, a left event that arrived before the cut-over after the old
+    run's last micro-batch, or one whose window it held open, got no rows from anybody."""
 
     cutover: datetime
     read_to: dict[int, int] | None = field(default=None)
+    open_from: datetime | None = None
 
-    def owns(self) -> Column:
+    def owns(self, spec: JoinSpec) -> Column:
         """Whether the new run owns a row (joined or not), from its left event's arrival time,
-        partition and offset (the prefixed columns: ``left_arrival_time``, ...).
+        partition, offset and event time (the prefixed columns: ``left_arrival_time``, ...).
 
         ``isnull(c) OR``: no such column is null, but a bare ``c >= t`` makes Spark infer
         ``isnotnull(c)`` and store the column as non-nullable in the join's state, whose schema the
@@ -160,7 +164,11 @@ class Handover:
         unread_from: Column = F.lit(0)  # a partition the old run did not know: it read none of it
         for p, o in sorted(self.read_to.items()):
             unread_from = F.when(partition == F.lit(p), F.lit(o)).otherwise(unread_from)
-        return owned | partition.isNull() | offset.isNull() | (offset >= unread_from)
+        owned = owned | partition.isNull() | offset.isNull() | (offset >= unread_from)
+        if self.open_from is not None:
+            et = F.col(col_name("left", spec.left.event_time))
+            owned = owned | et.isNull() | (et > F.lit(self.open_from))
+        return owned
 
 
 def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from: Handover | None = None) -> DataFrame:
@@ -179,7 +187,7 @@ def join_streams(left: DataFrame, right: DataFrame, spec: JoinSpec, *, left_from
         .dropDuplicatesWithinWatermark([col_name("left", spec.left.id)])
     )
     if left_from is not None:
-        lw = lw.where(left_from.owns())
+        lw = lw.where(left_from.owns(spec))
     rw = (
         prefixed(right, spec, "right")
         .withWatermark(rt, f"{spec.right.watermark_seconds} seconds")

@@ -18,18 +18,20 @@ run owns the output:
   (:class:`~jobs.join.conditions.Handover`). A left event that arrived before the cut-over but
   after the old run's last micro-batch (an outage that began earlier than thought) is the new
   run's: the replay reads the left stream from the old run's offsets at the latest, and the state
-  reaches back from that event's arrival when it is older than the cut-over. (A left event the
-  old run owns whose window it still held open when it stopped gets no rows from then on: pick a
-  cut-over at or before its last watermark, ``handover.old_watermark``, less the window's upper
-  bound. A replay run again after a failure reads the handover its first run recorded in the
-  checkpoint it was building: :data:`HANDOVER_RECORD`.) The old run's events are not written (they pass the watermark
-  and the de-duplication, so a re-send is still dropped, but stay out of the join: no state, no
-  pairs to compute and throw away); the new run's go through an insert-only MERGE keyed by
-  (left id, right id), so rows the old run already wrote are not written again and rows it never
-  wrote are. Delta's streaming-sink idempotence (keyed by the query id, which a fresh checkpoint
-  changes) would not protect this switch. Without an old checkpoint that read the left topic
-  (none, one that cannot be read, one of other topics), ownership is by arrival alone: the
-  plan's ``handover`` says so;
+  reaches back from that event's arrival when it is older than the cut-over. So is a left event
+  whose window the old run still held open when it stopped (event time after its last watermark
+  less the window's upper bound, ``handover.open_from``; the native engine): the old run would
+  write none of its rows from then on, and the state reaches back from the oldest of them. (The
+  paced engine's buffers follow its PTs: with it, pick a cut-over a window span and the larger
+  delay before the stop. A replay run again after a failure reads the handover its first run
+  recorded in the checkpoint it was building: :data:`HANDOVER_RECORD`.) The old run's events are
+  not written (they pass the watermark and the de-duplication, so a re-send is still dropped, but
+  stay out of the join: no state, no pairs to compute and throw away); the new run's go through an
+  insert-only MERGE keyed by (left id, right id), so rows the old run already wrote are not
+  written again and rows it never wrote are. Delta's streaming-sink idempotence (keyed by the
+  query id, which a fresh checkpoint changes) would not protect this switch. Without an old
+  checkpoint that read the left topic (none, one that cannot be read, one of other topics),
+  ownership is by arrival alone: the plan's ``handover`` says so;
 * the catch-up's last micro-batch, one with no data, would only evict by the watermark the data
   reached (a scan of the whole rebuilt state) and write the non-matches that closes. When the
   output holds no row of a left event from the cut-over on (the old run stopped before it, or
@@ -130,8 +132,9 @@ def _plan(
 ) -> tuple[ReplayPlan, Handover]:
     checkpoint = Tables.of(spec, s).checkpoint(JOIN_QUERY)
     handover, said = old_run_handover(spec, checkpoint, cutover, bootstrap, resumed=resumed)
-    # the state must be complete for the oldest left event the new run owns
-    first = min(cutover, datetime.fromisoformat(said["oldest_unread"])) if said.get("oldest_unread") else cutover
+    # the state must be complete for the oldest left event the new run owns: the oldest it reads
+    # that the old run had not, and the oldest whose window the old run held open
+    first = min([cutover, *(datetime.fromisoformat(said[k]) for k in ("oldest_unread", "open_from") if said.get(k))])
     starts, offsets = {}, {}
     for side in ("left", "right"):
         st = spec.side(side)
@@ -189,11 +192,17 @@ def old_run_handover(
     oldest = kafka.oldest_unread(bootstrap, {topic: read_to}, {topic: ends}).get(topic)
     if unread and oldest is None:  # where the state must reach back to is unknown
         raise kafka.KafkaUnavailable(f"{topic}: the old run's first unread record did not come from {bootstrap}; retry")
-    return Handover(cutover, read_to), {
+    # the native engine's left rows the old run still held, their windows open (the paced engine's
+    # buffers follow its PTs, not a watermark: by offsets and arrival alone)
+    open_from = None
+    if watermark and spec.streaming.engine != Engine.paced:
+        open_from = datetime.fromisoformat(watermark) - spec.window.upper
+    return Handover(cutover, read_to, open_from), {
         "read_to": {str(p): o for p, o in sorted(read_to.items())},
         "unread": unread,
         "oldest_unread": datetime.fromtimestamp(oldest / 1000, UTC).isoformat() if oldest is not None else None,
         "old_watermark": watermark,
+        "open_from": open_from.isoformat() if open_from is not None else None,
     }
 
 

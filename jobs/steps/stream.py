@@ -139,7 +139,7 @@ class JoinSink:
         if self.amends:  # a correction is stamped with when it was made
             rows = rows.withColumn(AMENDED_AT, F.when(F.col(REVISION) > 0, F.col(EMITTED_AT)))
         if self.owned_from is not None:  # the paced engine's guard; the native join leaves them out already
-            rows = rows.where(self.owned_from.owns())
+            rows = rows.where(self.owned_from.owns(self.spec))
         several = self.merge or self.amends  # more than one action on the rows: computed once
         if several:
             rows = rows.persist()

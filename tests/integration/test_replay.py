@@ -284,9 +284,9 @@ def test_the_plan_says_what_the_old_run_hands_over_and_fails_when_kafka_deleted_
     ends = end_offsets(kafka, [spec.left.topic])[spec.left.topic]
     read_to = {p: 1 for p in ends}  # one record of each partition read
     sources = [{spec.left.topic: {str(p): o for p, o in read_to.items()}}, {spec.right.topic: {"0": 0, "1": 0}}]
-    (checkpoint / "offsets" / "0").write_text(
-        "\n".join(["v1", json.dumps({"batchWatermarkMs": 0}), *map(json.dumps, sources)])
-    )
+    watermark = datetime(2026, 11, 19, 0, 30, tzinfo=UTC)  # the old run's last micro-batch ran with it
+    meta = {"batchWatermarkMs": int(watermark.timestamp() * 1000)}
+    (checkpoint / "offsets" / "0").write_text("\n".join(["v1", json.dumps(meta), *map(json.dumps, sources)]))
     (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     plan = plan_replay(spec, late, kafka, s)
     assert plan.handover["read_to"] == {str(p): 1 for p in ends}
@@ -297,7 +297,12 @@ def test_the_plan_says_what_the_old_run_hands_over_and_fails_when_kafka_deleted_
     at = datetime.fromisoformat
     assert at(plan.starts[spec.left.topic]) < at(plan.handover["oldest_unread"]) < late
 
-    assert plan.handover["old_watermark"] is None  # this checkpoint's batch ran before any watermark
+    # the left events whose window the old run still held open are the new run's too: its state
+    # reaches back from the oldest of them (the larger watermark delay, the right's 2 h, before it)
+    open_from = watermark - spec.window.upper
+    said = (plan.handover["old_watermark"], plan.handover["open_from"])
+    assert said == (watermark.isoformat(), open_from.isoformat())
+    assert plan.starts[spec.left.topic] == (open_from - spec.right.watermark_delay).isoformat()
 
     # a replay that failed part-way left its hold, marked failed, and its half-built checkpoint in
     # the old one's place (the old one a backup): run again, the replay reads the handover its

@@ -253,6 +253,22 @@ def test_a_replay_owns_the_left_events_the_old_run_never_read_whenever_they_arri
     assert_pairs(s.table(), [("L_new_partition", "R_c"), ("L_unread", "R_b")])
 
 
+def test_a_replay_owns_the_left_events_whose_window_the_old_run_still_held_open(file_streams):
+    """The old run read everything here (offsets below 99) and stopped with its watermark at 11:50:
+    with the window's upper bound of 5 minutes it had evicted (written the non-match of) left
+    events of event time up to 11:45, and still held the later ones open. Those are the new run's,
+    though they arrived before the cut-over, or a click arriving after the stop found nobody."""
+    data = tiny_spec_data()
+    data["left"]["watermark_delay"] = data["right"]["watermark_delay"] = "30m"
+    spec = parse_spec(data)
+    s = file_streams(spec, left_from=Handover(ts("12:00:00"), {0: 99}, open_from=ts("11:50:00") - spec.window.upper))
+    s.feed(
+        [("L_closed", "a", "11:44:00", "11:44:30"), ("L_open", "b", "11:46:00", "11:46:30")],
+        [("R_a", "a", "11:45:00", "11:55:10"), ("R_b", "b", "11:47:00", "11:55:10")],
+    )
+    assert_pairs(s.table(), [("L_open", "R_b")])
+
+
 def test_batch_1d_2d_reads_the_days_the_window_reaches_into():
     from jobs.join.variants import missing_days, right_days
 
