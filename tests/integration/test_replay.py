@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -125,6 +125,21 @@ def test_window_change_replay_rebuilds_and_writes_nothing_twice(
     wanted = {(a, b) for a, b, t in ref if (t >= cut or a in handed_over) and b is not None}
     assert wanted and wanted <= {(a, b) for a, b, _ in after}  # the rebuilt window finds every match
     assert {a for a, _ in wanted} & handed_over  # the handed-over events' among them
+
+    # a left event the old run read well before the cut-over, its window still open when it stopped
+    # (the watermark delays are 2 days): a click for it sent now, after the replay, is found by the
+    # live run from the replay's checkpoint. By arrival alone the old run owned it, and nobody did
+    left_rec = records[(records.topic == deployed.left.topic) & records.expected_reason.isna()]
+    left_rec = left_rec[left_rec.arrival_ms < int(CUTOVER.timestamp() * 1000) - 2 * 3_600_000].iloc[-1]
+    left_event = json.loads(left_rec.value)
+    seen = datetime.fromisoformat(left_event["event_time"].replace("Z", "+00:00")) + timedelta(minutes=5)
+    click = {"event_id": "R-after-the-stop", "session_id": left_event["session_id"], "action": "click",
+             "event_time": seen.isoformat().replace("+00:00", "Z"), "position": 1}  # fmt: skip
+    stamp = int(seen.timestamp() * 1000) + 60_000
+    sent = records[records.topic == deployed.right.topic].head(1)
+    publish(sent.assign(value=json.dumps(click), key=left_rec.key, arrival_ms=stamp, event_id=click["event_id"]), kafka)
+    _run(spark, changed, kafka, live)
+    assert (left_event["event_id"], click["event_id"]) in {(a, b) for a, b, _ in _rows(spark, changed, live)}
 
 
 def test_a_left_stream_later_than_the_right_finds_its_matches_after_the_replay(
