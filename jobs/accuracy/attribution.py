@@ -54,11 +54,11 @@ def latest_batches(progress: list[dict]) -> dict[tuple[int, int], dict]:
     return latest
 
 
-def batch_offset_ranges(progress: list[dict]) -> list[tuple[int, int, str, int, int, int, int]]:
+def batch_offset_ranges(batches: dict[tuple[int, int], dict]) -> list[tuple[int, int, str, int, int, int, int]]:
     """(checkpoint, batch_id, topic, partition, start_offset, end_offset, watermark_ms) per
-    micro-batch (:func:`latest_batches`)."""
+    micro-batch of :func:`latest_batches`."""
     rows = []
-    for (run, batch_id), p in sorted(latest_batches(progress).items()):
+    for (run, batch_id), p in sorted(batches.items()):
         wm = batch_clock(p)
         for src in p.get("sources", []):
             end = kafka_offsets(src.get("endOffset"))
@@ -147,10 +147,11 @@ def with_processing_watermark(
         raise ValueError(f"policy must be one of {', '.join(WATERMARK_POLICIES)}, not {policy!r}")
     if any(ARRIVALS_KEY in p for p in progress):
         return _with_slice_watermark(spark, landed, progress, event_time, policy, late_after)
-    ranges = [r for r in batch_offset_ranges(progress) if r[2] == topic]
+    batches = latest_batches(progress)
+    ranges = [r for r in batch_offset_ranges(batches) if r[2] == topic]
     if policy == "previous":
-        wm_of = {key: batch_clock(p) for key, p in latest_batches(progress).items()}
-        ranges = [(q, b, t, part, st, en, wm_of.get((q, b - 1), 0)) for q, b, t, part, st, en, _ in ranges]
+        before = {(q, b + 1): batch_clock(p) for (q, b), p in batches.items()}  # each batch's previous one's
+        ranges = [(q, b, t, part, st, en, before.get((q, b), 0)) for q, b, t, part, st, en, _ in ranges]
     schema = "_run int, _batch_id long, _topic string, _p int, _start long, _end long, _watermark_ms long"
     rdf = spark.createDataFrame(ranges, schema)
     cond = (F.col(PARTITION) == F.col("_p")) & (F.col(OFFSET) >= F.col("_start")) & (F.col(OFFSET) < F.col("_end"))

@@ -250,7 +250,7 @@ def replay(spark, spec: JoinSpec, cutover: datetime, *, bootstrap: str, s: Setti
                     s=s,
                     available_now=True,
                     quarantine=False,
-                    starting_offsets={t: o for t, o in plan.offsets.items()},
+                    starting_offsets=plan.offsets,
                     owned_from=handover,
                 )
                 q.awaitTermination()
