@@ -10,6 +10,7 @@ run) find the process the previous one started.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,8 @@ class StreamProcess:
         self._proc: subprocess.Popen | None = None
         self.pid: int | None = None
         self.started_at: float | None = None
+        #: whether the last ``start()`` adopted a process another supervisor had just started
+        self.adopted = False
 
     def command(self) -> list[str]:
         cmd = [sys.executable, *STREAM_COMMAND, "--spec", self.spec_path]
@@ -118,10 +122,30 @@ class StreamProcess:
             return True
         return False
 
+    @contextlib.contextmanager
+    def _spawning(self) -> Iterator[None]:
+        """Held from looking at the pid file to writing it: two supervisors (a CLI watch and a
+        sensor's poke, two pokes) that both found no process must not both start one on the same
+        checkpoint. An OS lock, so a supervisor that dies holding it releases it."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "stream.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def start(self) -> int:
+        """Start the process, or adopt the one another supervisor started since this one looked
+        (``adopted``); returns its pid."""
+        self.adopted = False
         if self.alive():
             return self.pid  # type: ignore[return-value]
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with self._spawning():
+            if self.find():
+                self.adopted = True
+                log.info("stream process %s of %s was started by another supervisor", self.pid, self.spec.pipeline)
+                return self.pid  # type: ignore[return-value]
+            return self._spawn()
+
+    def _spawn(self) -> int:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **settings_env(self.s), **self.extra_env, EXIT_FILE_ENV: str(self.exit_file)}
         with contextlib.suppress(FileNotFoundError):

@@ -130,7 +130,8 @@ class Supervisor:
         self.was_held = self.was_held or held is not None
         if not self.proc.alive() and not self.proc.find() and held is None:
             self.proc.start()
-            self._restarted({"at": iso(_now()), "reason": "not running", "backoff_s": 0, "pid": self.proc.pid})
+            if not self.proc.adopted:
+                self._restarted({"at": iso(_now()), "reason": "not running", "backoff_s": 0, "pid": self.proc.pid})
         self.report.pid = self.proc.pid
 
     def check(self) -> bool:
@@ -159,7 +160,8 @@ class Supervisor:
             self.was_held = False
             if not proc.alive() and not proc.find():
                 proc.start()
-                self._restarted({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0, "pid": proc.pid})
+                if not proc.adopted:
+                    self._restarted({"at": iso(_now()), "reason": "hold ended", "backoff_s": 0, "pid": proc.pid})
         h = health(
             spec,
             s,
@@ -209,6 +211,9 @@ class Supervisor:
         if wait and not self._wait(wait):
             return False
         proc.start()
+        if proc.adopted:  # another supervisor restarted it meanwhile: its restart, not this one's
+            report.pid = proc.pid
+            return True
         self.in_a_row, self.batch_at_restart = self.in_a_row + 1, h.last_batch_id
         entry = {"at": iso(_now()), "reason": reason, "backoff_s": wait, "pid": proc.pid}
         self._restarted(entry)

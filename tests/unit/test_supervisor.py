@@ -151,6 +151,56 @@ def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spe
         stop_stream_process(spec, s)
 
 
+def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_path, demo_spec):
+    """A CLI watch and a sensor's poke (or two pokes) that look at the same moment both find no
+    stream: one starts it, the other adopts it and records no restart, rather than a second stream
+    on the same checkpoint."""
+    import dataclasses
+    import sys
+    import threading
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.supervisor import Supervisor
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.processes import cmdline, pid_alive
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "raced"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+    both_looked = threading.Barrier(2, timeout=20)
+
+    class Sleeper(StreamProcess):
+        looked = False
+
+        def command(self):
+            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
+
+        def find(self):
+            found = super().find()
+            if not self.looked:  # the supervisor's own look: wait until the other has looked too
+                self.looked = True
+                both_looked.wait()
+            return found
+
+    sups = [Supervisor(spec, s, spec_path=path, process=Sleeper(path, spec, s), on_alert=None) for _ in range(2)]
+    try:
+        threads = [threading.Thread(target=sup.ensure_started) for sup in sups]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        pids = {sup.proc.pid for sup in sups}
+        streams = [p for p in pids if p and pid_alive(p) and str(path.resolve()) in cmdline(p)]
+        assert len(pids) == 1 and len(streams) == 1, [(p, pid_alive(p), cmdline(p)) for p in pids]
+        assert sorted(len(sup.report.restarts) for sup in sups) == [0, 1]
+        assert sorted(sup.proc.adopted for sup in sups) == [False, True]
+    finally:
+        for sup in sups:
+            sup.proc.stop(timeout=5)
+        stop_stream_process(spec, s)
+
+
 def test_stopping_a_process_found_dead_signals_no_group_its_old_pid_may_now_name(tmp_path, demo_spec):
     """Pids wrap: a stream process that died long ago may have left its pid, its group id, to another
     process. ``stop`` then signals nothing (the handle's process is dead; a real process group
