@@ -23,16 +23,18 @@ arrival are then read from the value decoded back, as the stream will read it, s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import zstandard
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.join.avro import decoded, encoded
 from jobs.join.records import parse_time
-from jobs.spec import JoinSpec
+from jobs.spec import JoinSpec, fmt_duration
 from jobs.spec.avro import Encoding, Framing
 from jobs.storage import kafka
 from jobs.storage.delta_io import MissingInput
@@ -112,6 +114,51 @@ def to_records(rows: DataFrame, spec: JoinSpec, side: str, arrival: str | None) 
     )
 
 
+def topic_refusal(topic: str, configs: dict[str, str], records: Any, now_ms: int) -> str | None:
+    """Pure core: why ``topic``, with ``configs`` (:func:`jobs.storage.kafka.create_topic`'s
+    answer), would refuse or lose some of ``records`` (its rows: ``value``, ``arrival_ms``), or
+    None. Asked before anything is sent: a broker refuses record by record, so a late refusal
+    leaves the rows before it in the topic."""
+    if records.empty:
+        return None
+    alter = f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config"
+    fix = lambda name: f"{alter} {name}={kafka.TOPIC_CONFIGS[name]} (as on the topics joinshift makes)"  # noqa: E731
+    if configs.get("message.timestamp.type") == "LogAppendTime":
+        return (
+            f"topic {topic} stamps records with the time they are appended (message.timestamp.type="
+            "LogAppendTime), so the files' arrival times would be lost: " + fix("message.timestamp.type")
+        )
+    takes = int(configs.get("max.message.bytes", kafka.MAX_RECORD_BYTES))
+    over = records.value[records.value.map(lambda v: RECORD_OVERHEAD + len(v or b"") > takes)]
+    # the brokers weigh a row as it is sent: alone in its batch (it is over the producer's
+    # batch_size), compressed as kafka-python's zstd codec does (zstandard's default level)
+    needs = over.map(lambda v: RECORD_OVERHEAD + len(zstandard.ZstdCompressor().compress(v)))
+    if (needs > takes).any():
+        return (
+            f"{int((needs > takes).sum())} rows are larger than topic {topic} takes, compressed (max.message.bytes="
+            f"{takes}, the largest needs {int(needs.max())}): " + fix("max.message.bytes") + ", or leave out what "
+            "the join does not read"
+        )
+    age = lambda ms: fmt_duration(ms / 1000)  # noqa: E731
+    oldest, newest = int(records.arrival_ms.min()), int(records.arrival_ms.max())
+    for name, verb in (("retention.ms", "deletes"), ("message.timestamp.before.max.ms", "refuses")):
+        limit = int(configs.get(name, -1))
+        if 0 <= limit < now_ms - oldest:
+            return (
+                f"topic {topic} {verb} records stamped longer ago than {age(limit)} ({name}={limit}) and the "
+                f"oldest row arrived {age(now_ms - oldest)} ago, so Kafka would {verb[:-1]} rows of the import: "
+                + fix(name)
+            )
+    limit = int(configs.get("message.timestamp.after.max.ms", -1))
+    if 0 <= limit < newest - now_ms:
+        return (
+            f"topic {topic} refuses records stamped more than {age(limit)} ahead of now (message.timestamp.after."
+            f"max.ms={limit}) and the newest row arrives {age(newest - now_ms)} from now, so Kafka would refuse "
+            "rows of the import: " + fix("message.timestamp.after.max.ms")
+        )
+    return None
+
+
 def import_files(
     spark: SparkSession,
     spec: JoinSpec,
@@ -155,6 +202,17 @@ def import_files(
         )
     records = records.drop(columns="error")
     records = records.astype({"arrival_ms": "int64"}).sort_values("arrival_ms", kind="stable", ignore_index=True)
+    now_ms, batch = int(time.time() * 1000), kafka.producer_config(bootstrap)["batch_size"]
     for side in files:
-        kafka.create_topic(bootstrap, spec.side(side).topic, partitions=partitions)
-    return publish(records, bootstrap, progress=progress, every=max(1, len(records) // 100))
+        topic = spec.side(side).topic
+        configs = kafka.create_topic(bootstrap, topic, partitions=partitions)
+        refusal = topic_refusal(topic, configs, records[records.topic == topic], now_ms)
+        if refusal:
+            raise ImportRefused(refusal)
+        # a batch of small rows fits the topic too: at most its limit before compression
+        batch = max(1, min(batch, int(configs.get("max.message.bytes", batch)) - RECORD_OVERHEAD))
+    producer = kafka.producer(bootstrap, batch_size=batch)
+    try:
+        return publish(records, bootstrap, progress=progress, every=max(1, len(records) // 100), producer=producer)
+    finally:
+        producer.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -202,8 +203,6 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
     """Per topic with unread records (``read`` < ``ends``), the record timestamp (ms) of the oldest
     record not read yet: one consumer seeks every lagging partition and fetches its first record.
     A topic nothing could be fetched from in ``timeout_s`` is left out (age unknown)."""
-    import time
-
     from kafka import TopicPartition
 
     behind = [
@@ -222,10 +221,7 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
                 if recs and tp not in oldest:
                     oldest[tp] = recs[0].timestamp
                     c.pause(tp)
-    out: dict[str, int] = {}
-    for tp, ts in oldest.items():
-        out[tp.topic] = min(ts, out.get(tp.topic, ts))
-    return out
+    return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}
 
 
 def read_ranges(
@@ -234,8 +230,6 @@ def read_ranges(
     """``(partition, offset, value)`` of the records in ``{topic: {partition: (start, end)}}``
     (end exclusive), per topic: one consumer, at most ``max_records`` in all and ``timeout_s``
     of fetching (what could not be read in time is left out)."""
-    import time
-
     from kafka import TopicPartition
 
     todo = {TopicPartition(t, p): se for t, parts in ranges.items() for p, se in parts.items() if se[1] > se[0]}
@@ -302,12 +296,14 @@ def offsets_for_time(bootstrap: str, topic: str, start: datetime, advice: str = 
         return out
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> dict[str, str]:
     """Creates ``name`` unless it exists; safe to call from every job that writes to it.
 
-    Retention and timestamp configs are set on the topic itself (:data:`TOPIC_CONFIGS`).
+    Retention and timestamp configs are set on the topic itself (:data:`TOPIC_CONFIGS`); returns
+    the values the topic has for them (an existing topic keeps its own, or its brokers' defaults).
     Replication is the cluster's default (1 on the embedded broker).
     """
+    from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.errors import TopicAlreadyExistsError
 
     admin = admin_client(bootstrap, request_timeout_ms=3 * REQUEST_TIMEOUT_MS)
@@ -323,16 +319,16 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
             n = len(existing[0].get("partitions") or []) if existing else None
             if n is not None and n != partitions:
                 log.warning("Topic %s already exists with %s partitions (asked for %s)", name, n, partitions)
-            else:
-                log.debug("Topic %s already exists", name)
+            res = ConfigResource(ConfigResourceType.TOPIC, name, configs=dict.fromkeys(TOPIC_CONFIGS))
+            found = admin.describe_configs([res], config_filter="all")["topic"][name]
+            return {k: v["value"] for k, v in found.items()}
     finally:
         admin.close()
+    return dict(TOPIC_CONFIGS)
 
 
 def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 20) -> None:
     """Delete those of ``topics`` that exist, and wait until the cluster no longer lists them."""
-    import time
-
     admin = admin_client(bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS)
     try:
         doomed = [t for t in topics if t in set(admin.list_topics())]
@@ -369,6 +365,13 @@ def producer(bootstrap: str, **overrides: Any) -> Any:
     return KafkaProducer(**producer_config(bootstrap, **overrides))
 
 
+def is_client_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is kafka-python's own (a client's failure or a broker's refusal), not a bug."""
+    from kafka.errors import KafkaError
+
+    return isinstance(exc, KafkaError)
+
+
 # ------------------------------------------------------------------ Spark's Kafka source
 
 
@@ -388,15 +391,13 @@ def read_stream(
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "true")
     )
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    return reader.load()
+    limit = {"maxOffsetsPerTrigger": str(max_offsets_per_trigger)} if max_offsets_per_trigger else {}
+    return reader.options(**limit).load()
 
 
-#: How far past the end of a time range a partition is read for records stamped inside it: a
-#: producer's CreateTime need not grow with the offset (producers whose clocks differ share a
-#: partition), so records of the range may sit after the first offset stamped at its end. A day of
-#: disorder is read; more is not.
+#: How far past the end of a time range a partition is read for records stamped inside it: a producer's
+#: CreateTime need not grow with the offset (producers whose clocks differ share a partition), so
+#: records of the range may sit after the first offset stamped at its end. A day is read; more is not.
 MAX_TIMESTAMP_DISORDER_MS = 86_400_000
 #: Records after a partition's stop offset checked for one stamped in the range: a record stamped
 #: years ahead is every later day's stop, and a read ending there left all behind it unread.
@@ -503,8 +504,7 @@ def read_by_time(bootstrap: str, topics: list[str], start_ms: int, end_ms: int) 
 
 
 def time_span(bootstrap: str, topics: list[str]) -> tuple[int, int] | None:
-    """(earliest, latest) record timestamp (ms) over the first and last record of every partition
-    of ``topics``; None when they hold no record."""
+    """(earliest, latest) record timestamp (ms) of ``topics``' partitions' ends; None if empty."""
     from kafka import TopicPartition
 
     stamps: list[int] = []

@@ -9,6 +9,7 @@ Command line: ``joinshift generate [--workload FILE] [--dry-run]``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -101,19 +102,30 @@ def publish(
     own = producer is None
     if own:
         producer = kafka.producer(bootstrap)
+    sent, broken = 0, None
     try:
-        for i, (topic, key, value, ts, hs) in enumerate(zip(topics, keys, values, stamps, headers), 1):
+        for topic, key, value, ts, hs in zip(topics, keys, values, stamps, headers):
+            if errors:  # an idempotent producer fails every record after a refused one: stop here
+                break
             producer.send(topic, value=value, key=key, headers=hs or None, timestamp_ms=ts).add_errback(on_error)
-            if progress is not None and i % every == 0:
-                progress(i, total)
+            sent += 1
+            if progress is not None and sent % every == 0:
+                progress(sent, total)
         producer.flush()
+    except Exception as exc:  # the producer itself failed (its flush raises after a refused batch)
+        if not kafka.is_client_error(exc):
+            raise
+        broken = exc
     finally:
         if own:
-            producer.close()
-    if errors:
-        raise PublishFailed(
-            f"Kafka refused {len(errors)} of {total} records (first: {type(errors[0]).__name__}: {errors[0]}); "
-            "the others were sent: mend the cause (a topic's max.message.bytes, its ACLs) before sending again"
+            with contextlib.suppress(Exception):  # closing flushes again, and fails again
+                producer.close(timeout=0 if broken or errors else None)
+    if errors or broken:
+        first = errors[0] if errors else broken
+        raise PublishFailed(  # which records the brokers took is not known here: the producer is asynchronous
+            f"Kafka refused records (first: {type(first).__name__}: {first}) after {sent} of {total} had been "
+            "handed to the producer; those before it may be in the topics: mend the cause (a topic's "
+            "max.message.bytes, its ACLs) and look at the topics' end offsets before sending again"
         )
     if progress is not None:
         progress(total, total)

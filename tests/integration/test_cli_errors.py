@@ -224,26 +224,72 @@ def test_an_import_with_a_row_too_large_for_kafka_is_refused_before_any_row_is_s
     assert spec.left.topic not in kafka_io.topic_offsets(kafka)  # nothing sent, no topic made
 
 
-def test_an_import_the_broker_refuses_records_of_is_one_line_naming_the_refusal(
+def test_an_import_a_topic_would_refuse_or_delete_rows_of_is_refused_before_any_row_is_sent(
     spark, kafka, own_pipeline_spec, tmp_path, capsys
 ):
-    """A topic of the user's own that takes smaller records than joinshift sends: the brokers'
-    refusal was a traceback."""
-    from kafka.admin import NewTopic
+    """A topic of the user's own takes or refuses records one by one: a row larger than its
+    max.message.bytes, or stamped before its retention, was refused (or deleted) after the rows
+    before it had been sent, so an import again after the fix landed those twice. Its configs are
+    checked first; the line names the one to change, and the import after that change lands every
+    row once. A refusal by the brokers themselves (an ACL, a config changed meanwhile) stays one line."""
+    from datetime import UTC, datetime, timedelta
+
+    import pandas as pd
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
     from jobs.spec import write_spec
     from jobs.storage import kafka as kafka_io
+    from jobs.workload.publisher import PublishFailed
+    from jobs.workload.publisher import publish as send
 
     spec = own_pipeline_spec("import_refused")
     path = str(write_spec(spec, tmp_path / "import_refused.yaml"))
+    week_ms = 7 * 86_400_000
+    configs = {"max.message.bytes": "2000", "retention.ms": str(week_ms)}  # the brokers' usual retention
     admin = kafka_io.admin_client(kafka)
+
+    def alter(name: str, value: str) -> None:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, spec.left.topic, configs={name: value})])
+
+    now = datetime.now(UTC)
+    ago = lambda d: (now - d).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    row = {"event_id": "L1", "session_id": "s1", "event_time": ago(timedelta(hours=2)), "result_count": 1}
+    rows = [
+        {**row, "query": "q", "arrived": ago(timedelta(hours=1))},  # sent first, had the refusal come from the broker
+        # 20 kB of hex: 10 kB compressed, over the topic's 2 kB (a broker refused it, after the row above)
+        {**row, "event_id": "L2", "query": os.urandom(10_000).hex(), "arrived": ago(timedelta(minutes=59))},
+    ]
+    own = tmp_path / "left.jsonl"
+    args = ["import", "--spec", path, "--left", str(own), "--arrival", "arrived"]
     try:
-        admin.create_topics([NewTopic(spec.left.topic, 1, 1, topic_configs={"max.message.bytes": "2000"})])
+        admin.create_topics([NewTopic(spec.left.topic, 1, 1, topic_configs=configs)])
+        own.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        line = fails(args, capsys)
+        assert f"1 rows are larger than topic {spec.left.topic} takes, compressed (max.message.bytes=2000" in line
+        assert "--add-config max.message.bytes=8388608" in line, line
+        assert kafka_io.end_offsets(kafka, [spec.left.topic]) == {spec.left.topic: {0: 0}}  # nothing sent
+
+        alter("max.message.bytes", "8388608")  # what the line says; then a month-old row
+        rows.append({**row, "event_id": "L3", "query": "old", "arrived": ago(timedelta(days=30))})
+        own.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        line = fails(args, capsys)
+        assert f"deletes records stamped longer ago than 7d (retention.ms={week_ms})" in line, line
+        assert "the oldest row arrived 30d ago" in line and "--add-config retention.ms=-1" in line, line
+        assert kafka_io.end_offsets(kafka, [spec.left.topic]) == {spec.left.topic: {0: 0}}
+
+        alter("retention.ms", "-1")
+        assert main(args) == 0
+        assert json.loads(capsys.readouterr().out) == {spec.left.topic: 3}
+        assert kafka_io.end_offsets(kafka, [spec.left.topic]) == {spec.left.topic: {0: 3}}  # each row once
+
+        # changed after the check: the brokers refuse a record, and the idempotent producer then
+        # fails every send after it (a traceback, before): one line, saying how many were sent
+        alter("max.message.bytes", "2000")
+        values = [b"small", os.urandom(10_000), *[b"after"] * 3]
+        records = pd.DataFrame({"topic": spec.left.topic, "key": "s1", "value": values,
+                                "arrival_ms": int(now.timestamp() * 1000)})  # fmt: skip
+        with pytest.raises(PublishFailed, match=r"Kafka refused records \(first: \w+Error") as refused:
+            send(records, kafka)
+        assert "\n" not in str(refused.value), str(refused.value)
     finally:
         admin.close()
-    row = {"event_id": "L1", "session_id": "s1", "event_time": "2026-11-20T10:00:00Z", "result_count": 1}
-    rows = [{**row, "query": os.urandom(10_000).hex(), "arrived": "2026-11-20T10:00:01Z"}]  # zstd cannot shrink it
-    left = tmp_path / "left.jsonl"
-    left.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    line = fails(["import", "--spec", path, "--left", str(left), "--arrival", "arrived"], capsys)
-    assert "Kafka refused 1 of 1 records (first: MessageSizeTooLargeError" in line, line
