@@ -2,7 +2,8 @@
 
 The outputs: the three batch baselines, the cut-off-free ``reference`` (the ceiling a streaming
 join can reach) and the stream. *Match rate* = matched left events ÷ all landed left events of
-the ds (paper §7.1); per hour, of the left events whose event time falls in that hour of the
+the ds (paper §7.1; a batch table of the job's own is the batch variants' left events, the landed
+ones stay the stream's); per hour, of the left events whose event time falls in that hour of the
 spec's time zone (the hours of a ds add up to its day).
 *Window-boundary deltas* (paper §6.5), per matched pair: how far the right event time is from
 the window's lower bound (``r.t − (l.t + lower)``) and from its upper bound
@@ -78,20 +79,34 @@ def matched_pairs(outputs: dict[str, DataFrame], spec: JoinSpec) -> DataFrame:
 
 
 def ds_metrics(
-    left_events: DataFrame, pairs: DataFrame, variants: list[str], spec: JoinSpec
+    left_events: DataFrame,
+    pairs: DataFrame,
+    variants: list[str],
+    spec: JoinSpec,
+    stream_left_events: DataFrame | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """Pure core: (per day, per hour) metric rows of ``variants`` from the landed left events and
-    their :func:`matched_pairs`: a row per variant and ds (and hour) of ``left_events``, 0 matched
-    where a variant matched none. Boundary-delta percentiles for the windowed variants only.
+    """Pure core: (per day, per hour) metric rows of ``variants`` from the left events and their
+    :func:`matched_pairs`: a row per variant and ds (and hour) of the left events, 0 matched where
+    a variant matched none. Boundary-delta percentiles for the windowed variants only.
+
+    Each variant's rate is over the left events it joined: ``left_events`` (the batch input), and
+    for the stream's outputs ``stream_left_events`` when given (what landed from Kafka, when the
+    batch side reads a table of the batch job's own, which may hold other events).
 
     Hours without left events have no row; the hours of a ds sum to its day."""
     spark = left_events.sparkSession
     hour = left_hour(spec, spec.left.event_time).alias("hour")
-    per_hour = left_events.groupBy("ds", hour).agg(F.count("*").alias("left_events"))
-    named = spark.createDataFrame([(v,) for v in variants], "variant string")
+
+    def population(events: DataFrame, names: list[str]) -> DataFrame:
+        named = spark.createDataFrame([(v,) for v in names], "variant string")
+        return events.groupBy("ds", hour).agg(F.count("*").alias("left_events")).crossJoin(named)
+
+    own = [v for v in variants if v in STREAM_OUTPUTS] if stream_left_events is not None else []
+    per_hour = population(left_events, [v for v in variants if v not in own])
+    if own:
+        per_hour = per_hour.unionByName(population(stream_left_events, own))  # type: ignore[arg-type]
     hourly = (
-        per_hour.crossJoin(named)
-        .join(
+        per_hour.join(
             pairs.groupBy("variant", "ds", "hour").agg(F.countDistinct("left_id").alias("matched_left")),
             ["variant", "ds", "hour"],
             "left",
@@ -130,9 +145,8 @@ def ds_metrics(
         )
     )
     daily = (
-        per_hour.groupBy("ds")
+        per_hour.groupBy("variant", "ds")
         .agg(F.sum("left_events").alias("left_events"))
-        .crossJoin(named)
         .join(matched, ["variant", "ds"], "left")
         .fillna(0, ["matched_left", "pairs"])
         .select(
@@ -149,6 +163,8 @@ def ds_metrics(
 
 
 HOURLY_COLUMNS = ("ds", "hour", "variant", "left_events", "matched_left", "match_rate")
+#: The outputs the stream wrote: their left events are what it read from Kafka.
+STREAM_OUTPUTS = ("stream", FIRST_ANSWER)
 
 
 def left_hour(spec: JoinSpec, column: str) -> F.Column:
@@ -183,9 +199,16 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
             f"no join output for pipeline {spec.pipeline} on ds {ds} yet: run joinshift batch --ds {ds} "
             "(and the stream) first"
         )
+    stream_left = None
+    if (
+        spec.left.batch_table is not None
+        and "stream" in outputs
+        and delta_io.table_exists(spark, tables.landed("left"))
+    ):
+        stream_left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
     pairs = matched_pairs(outputs, spec).persist()
     try:
-        daily, hourly = ds_metrics(left, pairs, list(outputs), spec)
+        daily, hourly = ds_metrics(left, pairs, list(outputs), spec, stream_left)
         computed_at = F.current_timestamp().alias("computed_at")
         day_rows, hour_rows = daily.select("*", computed_at).collect(), hourly.select("*", computed_at).collect()
     finally:

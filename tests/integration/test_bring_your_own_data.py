@@ -61,7 +61,9 @@ def matched(spark, tables, variant: str) -> set[tuple]:
     }
 
 
-def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(spark, kafka, test_settings, capsys):
+def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(
+    spark, kafka, test_settings, tmp_path, capsys
+):
     from jobs.spec import load_spec
     from jobs.storage.tables import Tables
 
@@ -111,6 +113,29 @@ def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(spark
     assert rec["pipeline"] == "rides" and rec["inputs"]["left_events"] == len(req) - 1
     assert rec["chosen"]["p99_latency_s"] <= 2 * 3600  # the spec's budget
     assert not rec["inputs"]["incomplete"]
+
+    # the batch job's own table, which lacks a request the stream read: each variant is rated over
+    # the left events it joined (the stream's over what landed), not the stream over the table
+    import yaml
+
+    day0 = day0.assign(dt=day0.ds.astype(str))
+    dropped = day0.request_id[day0.request_id.isin(set(pairs.request_id))].iloc[0]
+    own = day0[day0.request_id != dropped].rename(columns={"request_id": "req_id", "rider": "rider_id"})
+    own[["req_id", "rider_id", "requested_at", "city", "dt"]].to_parquet(
+        tmp_path / "requests", partition_cols=["dt"], coerce_timestamps="us", allow_truncated_timestamps=True
+    )
+    data = yaml.safe_load((DATA / "rides.yaml").read_text())
+    data["left"]["batch_table"] = {"format": "parquet", "ds_column": "dt", "path": str(tmp_path / "requests"),
+                                   "columns": {"request_id": "req_id", "rider": "rider_id"}}  # fmt: skip
+    (tmp_path / "rides_own.yaml").write_text(yaml.safe_dump(data))
+    assert main(["batch", "--spec", str(tmp_path / "rides_own.yaml"), "--ds", "2026-11-20"]) == 0
+    own_rates = {
+        m["variant"]: m for m in compare_ds(spark, load_spec(tmp_path / "rides_own.yaml"), DAYS[0], test_settings)
+    }
+    assert own_rates["stream"]["match_rate"] == rates["stream"]  # unchanged: the stream read Kafka
+    assert own_rates["stream"]["left_events"] == len(day0)
+    assert own_rates["reference"]["left_events"] == len(own)
+    assert own_rates["reference"]["match_rate"] == pytest.approx(own.req_id.isin(set(pairs.request_id)).mean())
 
 
 def test_the_batch_side_reads_the_batch_jobs_own_tables_without_landing(spark, tmp_path, capsys):

@@ -272,6 +272,30 @@ def test_hourly_match_rates_sum_to_the_day_and_use_the_specs_time_zone(spark):
     assert (day.left_events, day.matched_left) == (sum(h[1] for h in hourly), sum(h[2] for h in hourly))
 
 
+def test_with_a_batch_table_of_its_own_each_variant_is_rated_over_the_left_events_it_joined(spark):
+    """The batch job's own table may hold other left events than landed from Kafka: the stream's
+    rate is over what it read (the landed events), the batch variants' over the table, so a stream
+    that matched all it read is at 100 % whatever the table holds."""
+    from jobs.accuracy.compare import ds_metrics, matched_pairs
+
+    spec = make_spec()
+    landed = events(spark, [("L1", "a", "12:00:00", 0), ("L2", "b", "12:30:00", 0)])
+    own_table = events(spark, [("L1", "a", "12:00:00", 0), ("L2", "b", "12:30:00", 0), ("L9", "z", "13:00:00", 0)])
+    right = events(spark, [("R1", "a", "12:01:00", 0), ("R2", "b", "12:31:00", 0)])
+    outputs = {
+        "stream": join_events(landed, right, spec, windowed=True),
+        "reference": join_events(own_table, right, spec, windowed=True),
+    }
+    pairs = matched_pairs(outputs, spec)
+    daily, hourly = ds_metrics(own_table, pairs, list(outputs), spec, landed)
+    rows = {r.variant: (r.left_events, r.matched_left) for r in daily.collect()}
+    assert rows == {"stream": (2, 2), "reference": (3, 2)}
+    per_hour = {(r.variant, r.hour): r.left_events for r in hourly.collect()}
+    assert per_hour == {("stream", 12): 2, ("reference", 12): 2, ("reference", 13): 1}
+    daily, _ = ds_metrics(own_table, pairs, list(outputs), spec)  # nothing landed: the table for every variant
+    assert {r.variant: r.left_events for r in daily.collect()} == {"stream": 3, "reference": 3}
+
+
 def test_compare_shows_the_streams_gap_to_its_baseline_and_to_the_reference():
     from rich.console import Console
 
