@@ -206,6 +206,7 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         and delta_io.table_exists(spark, tables.landed("left"))
     ):
         stream_left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
+        stream_left = None if stream_left.isEmpty() else stream_left  # not landed: the table (no rate at all else)
     pairs = matched_pairs(outputs, spec).persist()
     try:
         daily, hourly = ds_metrics(left, pairs, list(outputs), spec, stream_left)
