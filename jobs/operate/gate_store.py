@@ -165,6 +165,27 @@ def write_state(st: GateStatus, spec: JoinSpec, s: Settings | None = None) -> st
     return p
 
 
+def _commits(spec: JoinSpec, s: Settings | None) -> tuple[int, int]:
+    t = Tables.of(spec, s)
+    return delta_io.latest_commit(t.gate_decisions), delta_io.latest_commit(t.gate_evidence)
+
+
+def refresh_state(spark: SparkSession, spec: JoinSpec, s: Settings | None = None, attempts: int = 10) -> GateStatus:
+    """Rewrite ``state.json`` from the two tables, again while a gate command committed meanwhile.
+
+    Two gate commands at once (the DAG's evaluation and a promotion by hand) each write the file;
+    one whose status was read before the other's decision could write last, leaving the old stage
+    as the public view's pointer. A writer that finds a commit newer than its status rewrites, so
+    the last to finish writes the latest. The file system's lock would not do: it may be S3."""
+    for _ in range(attempts):
+        before = _commits(spec, s)
+        st = status(spark, spec, s)
+        write_state(st, spec, s)
+        if _commits(spec, s) == before:
+            break
+    return st
+
+
 def evaluate(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None = None) -> list[Check]:
     """Measure the ds, check it against the SLO, record the evidence (replacing an earlier
     evaluation of the same ds) and refresh ``state.json``."""
@@ -174,7 +195,7 @@ def evaluate(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None =
     rows = [(c.ds, c.check, c.status, f(c.value), f(c.limit), c.detail, now) for c in checks]
     df = spark.createDataFrame(rows, EVIDENCE_SCHEMA)
     delta_io.upsert(df, Tables.of(spec, s).gate_evidence, ["ds", "check"])
-    write_state(status(spark, spec, s), spec, s)
+    refresh_state(spark, spec, s)
     return checks
 
 
@@ -210,14 +231,26 @@ def _decide(
         paused,
     )
     df = spark.createDataFrame([row], DECISION_SCHEMA)
+    seen = len(st.decisions)
     try:
-        df.write.format("delta").mode("append").save(Tables.of(spec, s).gate_decisions)
-    except BaseException:
+        # the n-th decision of the pipeline, once: a command that decided from a stage another one
+        # has left meanwhile is skipped by Delta (the same version again) or conflicts with it
+        df.write.format("delta").mode("append").option("txnAppId", f"joinshift-gate-{spec.pipeline}").option(
+            "txnVersion", seen + 1
+        ).save(Tables.of(spec, s).gate_decisions)
+        after = refresh_state(spark, spec, s)
+        ours = after.decisions[seen] if len(after.decisions) > seen else {}
+        if (ours.get("decided_at"), ours.get("by"), ours.get("to_stage")) != (row[0], row[4], to):
+            raise GateRefused(
+                f"another gate command decided first ({ours.get('action')} to {ours.get('to_stage')} by "
+                f"{ours.get('by')}); see joinshift gate status, then decide again"
+            )
+    except BaseException as exc:
         if changes is not None:  # the stage did not change (Ctrl-C included): neither does the batch DAG
             changes(not paused)
+        if type(exc).__name__ == "ConcurrentTransactionException":  # both at once: the other won
+            raise GateRefused("another gate command decided at the same moment; see joinshift gate status") from None
         raise
-    after = status(spark, spec, s)
-    write_state(after, spec, s)
     return {
         "action": action,
         "from": st.stage,

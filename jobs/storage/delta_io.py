@@ -48,6 +48,12 @@ def table_exists(spark: SparkSession, path: str) -> bool:
     return True
 
 
+def latest_commit(path: str) -> int:
+    """The table's latest commit version from its log's file names, without Spark; -1 for none."""
+    log = fs.join(path, "_delta_log")
+    return max((int(n[:-5]) for n, _ in fs.listdir(log) if n.endswith(".json") and n[:-5].isdigit()), default=-1)
+
+
 def table_ref(path: str) -> str:
     """``delta.`path``` for SQL, a backtick in the path doubled."""
     return "delta.`" + path.replace("`", "``") + "`"

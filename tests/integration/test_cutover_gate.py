@@ -227,3 +227,37 @@ def test_a_bad_day_makes_promotion_wait_and_rollback_restores_the_batch_view(
     assert "late clicks missing" in decisions[-1]["reason"]
     state = json.loads(Path(tables.gate_state()).read_text())
     assert state["stage"] == "shadow" and state["days"][0]["ds"] == str(DAYS[4])
+
+
+def test_two_gate_commands_at_once_decide_once_and_leave_the_latest_stage_in_state_json(
+    spark, own_pipeline_spec, test_settings, monkeypatch
+):
+    """A promotion decided from a stage another command has left meanwhile was appended too (two
+    decisions from one stage), and a command whose status predated another's decision could write
+    ``state.json`` last: the public view's pointer named the older stage."""
+    from jobs.operate import gate_store
+    from jobs.operate.gate import GateRefused
+    from jobs.storage.tables import Tables
+
+    spec, s = own_pipeline_spec("gate_race"), test_settings
+    stale = gate_store.status(spark, spec, s)  # what a second command read: shadow
+    gate_store.promote(spark, spec, force=True, reason="first", by="alice", s=s)
+    with pytest.raises(GateRefused, match=r"another gate command decided first \(promote to canary by alice\)"):
+        gate_store._decide(spark, spec, stale, action="promote", to="canary", by="bob", reason="second",
+                           forced=True, pause_batch=None, s=s)  # fmt: skip
+    assert [d["by"] for d in gate_store.read_decisions(spark, spec, s)] == ["alice"]
+
+    real, decided = gate_store.status, []
+
+    def read_then_someone_decides(*args, **kwargs):
+        st = real(*args, **kwargs)
+        if not decided:  # between this command's read and its write, another rolls back
+            decided.append("rolling back")
+            decided[0] = gate_store.rollback(spark, spec, reason="meanwhile", by="carol", s=s)
+        return st
+
+    monkeypatch.setattr(gate_store, "status", read_then_someone_decides)
+    gate_store.refresh_state(spark, spec, s)
+    assert decided and decided[0]["to"] == "shadow"
+    state = json.loads(Path(Tables.of(spec, s).gate_state()).read_text())
+    assert state["stage"] == "shadow" and state["decisions"][-1]["by"] == "carol"
