@@ -128,7 +128,7 @@ class StreamProcess:
         sensor's poke, two pokes) that both found no process must not both start one on the same
         checkpoint. An OS lock, so a supervisor that dies holding it releases it."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "stream.lock", "a") as lock:
+        with open(self.dir / "spawn.lock", "a") as lock:  # not stream.lock: the running stream holds that
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 

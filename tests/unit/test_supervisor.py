@@ -201,6 +201,35 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         stop_stream_process(spec, s)
 
 
+def test_starting_while_another_process_owns_the_checkpoint_does_not_wait_for_it(tmp_path, demo_spec):
+    """The spawn lock is not the checkpoint owner's lock: an increment owning the checkpoint for
+    minutes must not hold a supervisor's start (the stream it starts refuses, and says so)."""
+    import dataclasses
+    import sys
+    import threading
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.hold import stream_owner
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "owned"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+
+    class Sleeper(StreamProcess):
+        def command(self):
+            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
+
+    proc = Sleeper(path, spec, s)
+    with stream_owner(spec, s, role="increment"):
+        starting = threading.Thread(target=proc.start, daemon=True)
+        starting.start()
+        starting.join(10)
+        assert not starting.is_alive(), "start() waited for the checkpoint owner's lock"
+    proc.stop(timeout=5)
+
+
 def test_stopping_a_process_found_dead_signals_no_group_its_old_pid_may_now_name(tmp_path, demo_spec):
     """Pids wrap: a stream process that died long ago may have left its pid, its group id, to another
     process. ``stop`` then signals nothing (the handle's process is dead; a real process group
