@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--checkpoint", help="checkpoint folder (default: the spec's stream_join checkpoint)")
     ck.add_argument("--query", default="stream_join", help="query whose checkpoint to use (default stream_join)")
     ck.add_argument("--json", action="store_true", help="print the result as JSON")
+    ck.add_argument(
+        "--stop", action="store_true", help="backup: stop a running stream for the copy (its supervisor restarts it)"
+    )
     rp = with_spec(cmd("replay", commands.cmd_replay, "rebuild the window by replaying Kafka into a fresh checkpoint"))
     rp.add_argument("--cutover", required=True, help="ISO-8601 instant from which the new run owns the output")
     rp.add_argument("--dry-run", action="store_true", help="check Kafka retention and print the plan only")

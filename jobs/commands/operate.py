@@ -26,7 +26,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     """Exit 1 when the checkpoint is broken (validate, inspect) or cannot be read."""
     import logging
 
-    from jobs.operate.checkpoint import backup_checkpoint, expected_query_id, inspect_checkpoint, render_inspection
+    from jobs.operate.checkpoint import backup_stopped, expected_query_id, inspect_checkpoint, render_inspection
     from jobs.operate.checkpoint_validate import validate_checkpoint
     from jobs.storage.tables import Tables
 
@@ -34,8 +34,13 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     tables = Tables.of(spec)
     path = args.checkpoint or tables.checkpoint(args.query)
     if args.action == "backup":
-        target = backup_checkpoint(path)
-        print(json.dumps({"backup": str(target)}) if args.json else f"backed up {path} to {target}")
+        target, stopped = backup_stopped(spec, path, stop=args.stop)
+        if args.json:
+            print(json.dumps({"backup": str(target), "stopped_pid": stopped}))
+        else:
+            print(f"backed up {path} to {target}")
+            if stopped is not None:
+                print(f"stopped stream pid {stopped} for the copy: its supervisor starts it again at its next check")
         return 0
     if args.action == "validate":
         expected = None if args.checkpoint else expected_query_id(tables.progress_log(args.query))

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.operate.checkpoint_validate import SIDES, _fmt, _offsets_conf, validate_checkpoint
+from jobs.settings import Settings
+from jobs.spec import JoinSpec
 from jobs.storage import fs
 from jobs.storage.checkpoints import (
     STATE_STORE_PROVIDER,
@@ -318,6 +320,32 @@ def backup_checkpoint(path: str | Path) -> str | Path:
     fs.copy(cp, target)
     log.info("backed up %s to %s", cp, target)
     return fs.local(target) or target
+
+
+def backup_stopped(
+    spec: JoinSpec, path: str | Path, s: Settings | None = None, *, stop: bool = False
+) -> tuple[str | Path, int | None]:
+    """:func:`backup_checkpoint` of the pipeline's checkpoint while no stream writes it: a copy
+    taken meanwhile can hold a commit whose state files it copied before they were written.
+
+    Under a hold (supervisors neither start nor restart the stream) and as the checkpoint's owner
+    (an increment or a stream of its own refuses the backup). A running supervised stream refuses
+    it too, unless ``stop``: then it is stopped for the copy, and its supervisor starts it again
+    when the hold ends. Returns (the backup, the pid stopped or None)."""
+    from jobs.operate.process import stop_stream_process
+    from jobs.storage.hold import CheckpointBusy, hold, stream_owner, supervised_stream_pid
+
+    with hold(spec, s, reason="checkpoint backup") as held:
+        held.at_risk = False  # a copy leaves the checkpoint as it was, whatever happens
+        running = supervised_stream_pid(spec, s)
+        if running is not None and not stop:
+            raise CheckpointBusy(
+                f"{spec.pipeline}'s stream (pid {running}) is writing the checkpoint, and a copy taken meanwhile may "
+                "not restore: pass --stop to stop it for the copy (its supervisor starts it again after)"
+            )
+        stopped = stop_stream_process(spec, s) if stop else None
+        with stream_owner(spec, s, role="backup", wanted="backing up its checkpoint"):
+            return backup_checkpoint(path), stopped
 
 
 def expected_query_id(progress_log: str) -> str | None:

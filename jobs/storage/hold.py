@@ -140,9 +140,12 @@ class CheckpointBusy(RuntimeError):
 
 
 @contextlib.contextmanager
-def stream_owner(spec: JoinSpec, s: Settings | None = None, *, role: str) -> Iterator[None]:
+def stream_owner(
+    spec: JoinSpec, s: Settings | None = None, *, role: str, wanted: str = "starting another"
+) -> Iterator[None]:
     """Own the pipeline's checkpoint while running its stream queries (``role`` says as what:
-    "continuous", "increment", "replay"); :class:`CheckpointBusy` if another process owns it."""
+    "continuous", "increment", "replay", "backup"); :class:`CheckpointBusy` if another process
+    owns it, its message ending "stop that one before ``wanted``"."""
     folder = supervisor_dir(spec, s)
     folder.mkdir(parents=True, exist_ok=True)
     lock, owner = folder / "stream.lock", folder / "stream.owner.json"
@@ -166,7 +169,7 @@ def stream_owner(spec: JoinSpec, s: Settings | None = None, *, role: str) -> Ite
             raise CheckpointBusy(
                 f"{spec.pipeline}'s checkpoint is in use by pid {other.get('pid', '?')} ({other.get('role', '?')}, "
                 f"since {other.get('since', '?')}): run one stream at a time; stop that one "
-                "(or pause the joinshift_stream DAG) before starting another"
+                f"(or pause the joinshift_stream DAG) before {wanted}"
             ) from None
         since = datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds")
         owner.write_text(json.dumps({"pid": os.getpid(), "role": role, "since": since}) + "\n")

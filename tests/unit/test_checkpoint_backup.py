@@ -28,3 +28,49 @@ def test_two_replays_in_one_second_keep_two_backups_side_by_side(tmp_path, monke
         "first",
         "second",
     ]
+
+
+def test_a_backup_waits_for_no_stream_stopping_a_running_one_only_when_asked(tmp_path, demo_spec):
+    """A copy taken while the stream writes can hold a commit whose state files it copied before
+    they were written. A running stream refuses the backup, unless --stop; an increment owning the
+    checkpoint refuses it; the hold ends with the backup, so the supervisor starts the stream again."""
+    import dataclasses
+    import sys
+
+    import pytest
+
+    from jobs.operate.checkpoint import backup_stopped
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.hold import CheckpointBusy, current_hold, stream_owner
+    from jobs.storage.processes import pid_alive
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "backed_up"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+    cp = tmp_path / "checkpoints" / "stream_join"
+    cp.mkdir(parents=True)
+    (cp / "metadata").write_text('{"id": "q"}')
+
+    class Sleeper(StreamProcess):  # a live process standing in for the stream job
+        def command(self):
+            return [sys.executable, "-c", "import time; time.sleep(60)", *STREAM_COMMAND, "--spec", self.spec_path]
+
+    stream = Sleeper(path, spec, s)
+    stream.start()
+    try:
+        with pytest.raises(CheckpointBusy, match=r"is writing the checkpoint.*pass --stop"):
+            backup_stopped(spec, cp, s)
+        assert pid_alive(stream.pid) and not list(tmp_path.glob("checkpoints/*.bak-*"))
+        assert current_hold(spec, s) is None
+
+        target, stopped = backup_stopped(spec, cp, s, stop=True)
+        assert stopped == stream.pid and not stream.alive()
+        assert (tmp_path / "checkpoints" / target.name / "metadata").read_text() == '{"id": "q"}'
+        assert current_hold(spec, s) is None  # the supervisor's next check starts it again
+
+        with stream_owner(spec, s, role="increment"), pytest.raises(CheckpointBusy, match="backing up its checkpoint"):
+            backup_stopped(spec, cp, s)
+    finally:
+        stream.stop(timeout=5)
