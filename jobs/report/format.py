@@ -12,6 +12,7 @@ from typing import Any
 from jobs.join.variants import VARIANTS  # the paper's baselines (§7.1), the reference, the stream: report order
 from jobs.spec.duration import duration_seconds, fmt_duration
 from jobs.spec.shares import DASH, num, pct, within_tolerance
+from jobs.spec.size import format_bytes
 
 __all__ = [
     "DASH",
@@ -133,19 +134,10 @@ def fmt_pp(v: Any, digits: int = 2) -> str:
 
 
 def fmt_bytes(v: Any) -> str:
-    """Bytes in decimal units, 2-3 significant digits: ``1.2e9 -> "1.2 GB"``, ``1.2e8 -> "120 MB"``."""
+    """Bytes for people, in the binary units the spec's sizes are written in (one rule:
+    :func:`jobs.spec.size.format_bytes`): ``1.2e8 -> "114MiB"``; missing -> a dash."""
     f = num(v)
-    if f is None:
-        return DASH
-    sign = "-" if f < 0 else ""
-    f = abs(f)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if f < 999.5 or unit == "TB":
-            if unit == "B":
-                return f"{sign}{f:.0f} B"
-            return f"{sign}{f:.1f} {unit}" if f < 9.95 else f"{sign}{f:.0f} {unit}"
-        f /= 1000
-    raise AssertionError("unreachable")
+    return DASH if f is None else format_bytes(f)
 
 
 def fmt_int(v: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from jobs.operate.stream_health import Check, StreamHealth
 from jobs.report.format import DASH, fmt_bytes, fmt_duration, fmt_int
 from jobs.spec.shares import pct
+from jobs.spec.size import exact_bytes
 
 #: Row labels, in the order checks are shown.
 LABELS = {
@@ -39,7 +40,10 @@ def fmt_value(v: float | None, kind: str) -> str:
 
 
 def fmt_threshold(c: Check) -> str:
-    return ("≤ " if c.rule == "max" else "≥ ") + fmt_value(c.threshold, c.kind)
+    # a size threshold as the spec writes it (1GB, 512MiB), not rounded into other units
+    exact = c.kind == "bytes" and c.threshold is not None and float(c.threshold).is_integer()
+    shown = exact_bytes(int(c.threshold)) if exact else fmt_value(c.threshold, c.kind)
+    return ("≤ " if c.rule == "max" else "≥ ") + shown
 
 
 def _age(ts: float | None, now: float) -> str:

@@ -131,7 +131,7 @@ def test_sections_show_their_numbers(rendered, data):
     # recommendation table formats bytes and durations
     rec = _section_html(html, "recommendation")
     assert fmt_bytes(data["recommendation"]["predicted_memory_bytes"]) in rec
-    assert fmt_bytes(data["recommendation"]["deployed"]["memory_bytes"]) == "120 MB"
+    assert fmt_bytes(data["recommendation"]["deployed"]["memory_bytes"]) == "114MiB"
     # quarantine and runbooks
     q = _section_html(html, "quality")
     assert "malformed json" in q
@@ -399,14 +399,13 @@ def test_fmt_duration_signed():
 @pytest.mark.parametrize(
     "v, expected",
     [
-        (1.2e9, "1.2 GB"),
-        (1.2e8, "120 MB"),
-        (512, "512 B"),
-        (1500, "1.5 kB"),
-        (999_999, "1.0 MB"),
-        (5.3e10, "53 GB"),
-        (2e12, "2.0 TB"),
-        (0, "0 B"),
+        (1.2e9, "1.12GiB"),
+        (1.2e8, "114MiB"),
+        (512, "512B"),
+        (1536, "1.5KiB"),
+        (2**20 - 1, "1024KiB"),
+        (2 * 2**40, "2TiB"),
+        (0, "0B"),
         (None, "—"),
     ],
 )
@@ -489,7 +488,7 @@ def test_recommendation_sentence_verbs():
     )
     assert full == (
         "Narrow the window from [-3h, +30m] to [-2h, +30m]: predicted match rate 92.10% "
-        "vs 92.50% for the baseline (99.6% of it; target 99.5%), memory 120 MB → 80 MB."
+        "vs 92.50% for the baseline (99.6% of it; target 99.5%), memory 114MiB → 76.3MiB."
     )
     assert recommendation_sentence(None) is None
     assert recommendation_sentence({"reasons": []}) is None
