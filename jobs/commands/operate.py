@@ -40,7 +40,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         else:
             print(f"backed up {path} to {target}")
             if stopped is not None:
-                print(f"stopped stream pid {stopped} for the copy: its supervisor starts it again at its next check")
+                print(
+                    f"stopped stream pid {stopped} for the copy: a running supervisor starts it again at its next "
+                    "check (joinshift supervise, or the joinshift_supervise DAG, if none runs)"
+                )
         return 0
     if args.action == "validate":
         expected = None if args.checkpoint else expected_query_id(tables.progress_log(args.query))

@@ -325,27 +325,36 @@ def backup_checkpoint(path: str | Path) -> str | Path:
 def backup_stopped(
     spec: JoinSpec, path: str | Path, s: Settings | None = None, *, stop: bool = False
 ) -> tuple[str | Path, int | None]:
-    """:func:`backup_checkpoint` of the pipeline's checkpoint while no stream writes it: a copy
-    taken meanwhile can hold a commit whose state files it copied before they were written.
+    """:func:`backup_checkpoint` of one of the pipeline's checkpoints while no stream writes it: a
+    copy taken meanwhile can hold a commit whose state files it copied before they were written.
 
     Under a hold (supervisors neither start nor restart the stream) and as the checkpoint's owner
     (an increment or a stream of its own refuses the backup). A running supervised stream refuses
-    it too, unless ``stop``: then it is stopped for the copy, and its supervisor starts it again
-    when the hold ends. Returns (the backup, the pid stopped or None)."""
-    from jobs.operate.process import stop_stream_process
-    from jobs.storage.hold import CheckpointBusy, hold, stream_owner, supervised_stream_pid
+    it too, unless ``stop``: then it is stopped for the copy, and a supervisor starts it again when
+    the hold ends. Any other folder (a backup, another pipeline's) is copied as it is. Returns (the
+    backup, the pid stopped or None)."""
+    from jobs.operate.process import running_stream_pid, stop_stream_process
+    from jobs.settings import settings
+    from jobs.storage.hold import CheckpointBusy, hold, stream_owner
 
+    cp = str(path).rstrip("/")
+    if not fs.is_dir(cp):
+        raise CheckpointError(f"{cp}: no checkpoint to back up")
+    here = lambda p: str(Path(p).resolve()) if fs.is_local(p) else p.rstrip("/")  # noqa: E731
+    root = (s or settings()).path("checkpoints", spec.pipeline)
+    if here(cp) != here(fs.join(root, fs.name(cp))) or ".bak-" in fs.name(cp):
+        return backup_checkpoint(cp), None  # not a folder the pipeline's stream writes
     with hold(spec, s, reason="checkpoint backup") as held:
         held.at_risk = False  # a copy leaves the checkpoint as it was, whatever happens
-        running = supervised_stream_pid(spec, s)
+        running = running_stream_pid(spec, s)
         if running is not None and not stop:
             raise CheckpointBusy(
                 f"{spec.pipeline}'s stream (pid {running}) is writing the checkpoint, and a copy taken meanwhile may "
-                "not restore: pass --stop to stop it for the copy (its supervisor starts it again after)"
+                "not restore: pass --stop to stop it for the copy (a supervisor starts it again after)"
             )
         stopped = stop_stream_process(spec, s) if stop else None
         with stream_owner(spec, s, role="backup", wanted="backing up its checkpoint"):
-            return backup_checkpoint(path), stopped
+            return backup_checkpoint(cp), stopped
 
 
 def expected_query_id(progress_log: str) -> str | None:

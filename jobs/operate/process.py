@@ -25,7 +25,7 @@ from typing import Any
 
 from jobs.settings import EXIT_FILE_ENV, PROJECT_ROOT, Settings, settings, settings_env
 from jobs.spec import JoinSpec, load_spec
-from jobs.storage.hold import supervisor_dir
+from jobs.storage.hold import supervised_stream_pid, supervisor_dir
 from jobs.storage.processes import cmdline, describe, pid_alive, process_tree, wait_gone
 
 log = logging.getLogger("joinshift.supervisor")
@@ -41,6 +41,13 @@ def _is_stream_process(pid: int | None, spec_path: str | None = None) -> bool:
 
 def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def running_stream_pid(spec: JoinSpec, s: Settings | None = None) -> int | None:
+    """The pipeline's supervised stream process (its pid file), if it runs: a pid reused since by
+    another process is not it."""
+    pid = supervised_stream_pid(spec, s)
+    return pid if _is_stream_process(pid) else None
 
 
 def stop_stream_process(spec: JoinSpec, s: Settings | None = None) -> int | None:
@@ -113,11 +120,12 @@ class StreamProcess:
         except (OSError, ValueError):
             return {}
 
-    def find(self) -> bool:
-        """Adopt the process a previous supervisor started (pid file), if it still runs."""
+    def find(self, any_spec: bool = False) -> bool:
+        """Adopt the process a previous supervisor started (pid file), if it still runs (started
+        with this spec file, or with ``any_spec`` any: the pipeline's stream all the same)."""
         rec = self._record()
         pid = rec.get("pid")
-        if _is_stream_process(pid, self.spec_path):
+        if _is_stream_process(pid, None if any_spec else self.spec_path):
             self.pid, self.started_at = pid, rec.get("started_at")
             return True
         return False
@@ -139,7 +147,7 @@ class StreamProcess:
         if self.alive():
             return self.pid  # type: ignore[return-value]
         with self._spawning():
-            if self.find():
+            if self.find(any_spec=True):  # a second stream on the checkpoint would only be refused
                 self.adopted = True
                 log.info("stream process %s of %s was started by another supervisor", self.pid, self.spec.pipeline)
                 return self.pid  # type: ignore[return-value]

@@ -23,7 +23,7 @@ from jobs.report.sections import dict_of, rows_of
 def recommendation_sentence(rec: dict | None, spec: dict | None = None) -> str | None:
     """The recommendation in one sentence, e.g. "Narrow the window from [-3h, +30m] to
     [-1h, +45m]: predicted match rate 92.31% vs 92.49% for the baseline (99.8% of it; target
-    99.5%), memory 120 MB → 61 MB." None without a recommended window."""
+    99.5%), memory 114MiB → 58.2MiB." None without a recommended window."""
     if not isinstance(rec, dict):
         return None
     spec = spec if isinstance(spec, dict) else {}

@@ -36,6 +36,7 @@ def test_a_backup_waits_for_no_stream_stopping_a_running_one_only_when_asked(tmp
     checkpoint refuses it; the hold ends with the backup, so the supervisor starts the stream again."""
     import dataclasses
     import sys
+    from pathlib import Path
 
     import pytest
 
@@ -43,13 +44,14 @@ def test_a_backup_waits_for_no_stream_stopping_a_running_one_only_when_asked(tmp
     from jobs.operate.process import STREAM_COMMAND, StreamProcess
     from jobs.settings import Settings
     from jobs.spec import write_spec
+    from jobs.storage.checkpoints import CheckpointError
     from jobs.storage.hold import CheckpointBusy, current_hold, stream_owner
     from jobs.storage.processes import pid_alive
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
     spec = demo_spec.model_copy(update={"pipeline": "backed_up"})
     path = write_spec(spec, tmp_path / "spec.yaml")
-    cp = tmp_path / "checkpoints" / "stream_join"
+    cp = Path(s.checkpoint_path(spec.pipeline, "stream_join"))
     cp.mkdir(parents=True)
     (cp / "metadata").write_text('{"id": "q"}')
 
@@ -62,13 +64,21 @@ def test_a_backup_waits_for_no_stream_stopping_a_running_one_only_when_asked(tmp
     try:
         with pytest.raises(CheckpointBusy, match=r"is writing the checkpoint.*pass --stop"):
             backup_stopped(spec, cp, s)
-        assert pid_alive(stream.pid) and not list(tmp_path.glob("checkpoints/*.bak-*"))
+        assert pid_alive(stream.pid) and not list(cp.parent.glob("*.bak-*"))
         assert current_hold(spec, s) is None
 
         target, stopped = backup_stopped(spec, cp, s, stop=True)
         assert stopped == stream.pid and not stream.alive()
-        assert (tmp_path / "checkpoints" / target.name / "metadata").read_text() == '{"id": "q"}'
+        assert (cp.parent / target.name / "metadata").read_text() == '{"id": "q"}'
         assert current_hold(spec, s) is None  # the supervisor's next check starts it again
+
+        stream.start()  # a folder the stream does not write (a backup) is copied as it is
+        again, stopped = backup_stopped(spec, target, s)
+        assert stopped is None and pid_alive(stream.pid) and (cp.parent / again.name / "metadata").exists()
+        with pytest.raises(CheckpointError, match="no checkpoint to back up"):
+            backup_stopped(spec, cp.parent / "missing", s, stop=True)
+        assert pid_alive(stream.pid)  # not stopped for a folder that is not there
+        stream.stop(timeout=5)
 
         with stream_owner(spec, s, role="increment"), pytest.raises(CheckpointBusy, match="backing up its checkpoint"):
             backup_stopped(spec, cp, s)

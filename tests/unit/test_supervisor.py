@@ -176,8 +176,8 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         def command(self):
             return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
 
-        def find(self):
-            found = super().find()
+        def find(self, any_spec=False):
+            found = super().find(any_spec)
             if not self.looked:  # the supervisor's own look: wait until the other has looked too
                 self.looked = True
                 both_looked.wait()
@@ -195,6 +195,10 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         assert len(pids) == 1 and len(streams) == 1, [(p, pid_alive(p), cmdline(p)) for p in pids]
         assert sorted(len(sup.report.restarts) for sup in sups) == [0, 1]
         assert sorted(sup.proc.adopted for sup in sups) == [False, True]
+        # a supervisor given another path to the same pipeline's spec (Airflow's, the CLI's) adopts it too
+        other = Sleeper(write_spec(spec, tmp_path / "elsewhere.yaml"), spec, s)
+        other.looked = True
+        assert other.start() == pids.pop() and other.adopted
     finally:
         for sup in sups:
             sup.proc.stop(timeout=5)
