@@ -199,11 +199,24 @@ def evaluate(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None =
     return checks
 
 
+def _read_for_decision(spark: SparkSession, spec: JoinSpec, s: Settings | None) -> tuple[GateStatus, int]:
+    """The status a decision is made from, and the decisions table's commit it was read at (read
+    again while a commit comes in between)."""
+    path = Tables.of(spec, s).gate_decisions
+    for _ in range(10):
+        version = delta_io.latest_commit(path)
+        st = status(spark, spec, s)
+        if delta_io.latest_commit(path) == version:
+            break
+    return st, version
+
+
 def _decide(
     spark: SparkSession,
     spec: JoinSpec,
     st: GateStatus,
     *,
+    version: int,
     action: str,
     to: str,
     by: str | None,
@@ -231,26 +244,34 @@ def _decide(
         paused,
     )
     df = spark.createDataFrame([row], DECISION_SCHEMA)
-    seen = len(st.decisions)
+    path = Tables.of(spec, s).gate_decisions
+    failure: BaseException | None = None
     try:
-        # the n-th decision of the pipeline, once: a command that decided from a stage another one
-        # has left meanwhile is skipped by Delta (the same version again) or conflicts with it
+        # the one decision after commit `version` of the decisions table: Delta skips a write whose
+        # transaction version is written already (another command decided since `st` was read) and
+        # fails one that commits at the same moment as another's (its exception's class depends on
+        # the Spark client: what landed is read back instead)
         df.write.format("delta").mode("append").option("txnAppId", f"joinshift-gate-{spec.pipeline}").option(
-            "txnVersion", seen + 1
-        ).save(Tables.of(spec, s).gate_decisions)
-        after = refresh_state(spark, spec, s)
-        ours = after.decisions[seen] if len(after.decisions) > seen else {}
-        if (ours.get("decided_at"), ours.get("by"), ours.get("to_stage")) != (row[0], row[4], to):
-            raise GateRefused(
-                f"another gate command decided first ({ours.get('action')} to {ours.get('to_stage')} by "
-                f"{ours.get('by')}); see joinshift gate status, then decide again"
-            )
-    except BaseException as exc:
-        if changes is not None:  # the stage did not change (Ctrl-C included): neither does the batch DAG
-            changes(not paused)
-        if type(exc).__name__ == "ConcurrentTransactionException":  # both at once: the other won
-            raise GateRefused("another gate command decided at the same moment; see joinshift gate status") from None
-        raise
+            "txnVersion", version + 1
+        ).save(path)
+    except BaseException as exc:  # Ctrl-C included: the decision may have landed all the same
+        failure = exc
+    mine = {"decided_at": row[0], "action": action, "by": row[4], "to_stage": to}
+    try:
+        decisions: list[dict[str, Any]] | None = read_decisions(spark, spec, s)
+    except Exception:
+        decisions = None
+    if decisions is None or not any(all(d.get(k) == v for k, v in mine.items()) for d in decisions):
+        if changes is not None:  # the batch DAG as the stage that holds now (another's, or the old one)
+            changes(gate.batch_paused(_stage_of(decisions) if decisions is not None else st.stage))
+        if failure is not None and (decisions is None or delta_io.latest_commit(path) == version):
+            raise failure  # nobody else decided: the write itself failed
+        last = decisions[-1] if decisions else {}
+        raise GateRefused(
+            f"another gate command decided first ({last.get('action')} to {last.get('to_stage')} by "
+            f"{last.get('by')}); see joinshift gate status, then decide again"
+        )
+    after = refresh_state(spark, spec, s)
     return {
         "action": action,
         "from": st.stage,
@@ -275,7 +296,7 @@ def promote(
     """One stage on, when the SLO has held for the required days (or forced, with a reason).
 
     Raises :class:`GateRefused` with the verdict's sentence otherwise."""
-    st = status(spark, spec, s)
+    st, version = _read_for_decision(spark, spec, s)
     v = st.verdict
     if v.to is None:
         raise GateRefused(v.message)
@@ -286,7 +307,8 @@ def promote(
     if force and not v.allowed:
         why = f"forced: {reason} ({v.message})"
     return _decide(
-        spark, spec, st, action="promote", to=v.to, by=by, reason=why, forced=force and not v.allowed,
+        spark, spec, st, version=version, action="promote", to=v.to, by=by, reason=why,
+        forced=force and not v.allowed,
         pause_batch=pause_batch, s=s,
     )  # fmt: skip
 
@@ -304,10 +326,11 @@ def rollback(
     """Back to ``shadow`` (or the earlier stage named): the public view reads the batch table again
     and, leaving ``retired``, the batch DAG is unpaused. Safe to repeat (from ``shadow`` it records
     the decision and changes nothing)."""
-    st = status(spark, spec, s)
+    st, version = _read_for_decision(spark, spec, s)
     target = gate.rollback_target(st.stage, to)
     return _decide(
-        spark, spec, st, action="rollback", to=target, by=by, reason=reason or "rollback", forced=False,
+        spark, spec, st, version=version, action="rollback", to=target, by=by, reason=reason or "rollback",
+        forced=False,
         pause_batch=pause_batch, s=s,
     )  # fmt: skip
 

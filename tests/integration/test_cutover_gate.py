@@ -240,12 +240,16 @@ def test_two_gate_commands_at_once_decide_once_and_leave_the_latest_stage_in_sta
     from jobs.storage.tables import Tables
 
     spec, s = own_pipeline_spec("gate_race"), test_settings
-    stale = gate_store.status(spark, spec, s)  # what a second command read: shadow
-    gate_store.promote(spark, spec, force=True, reason="first", by="alice", s=s)
-    with pytest.raises(GateRefused, match=r"another gate command decided first \(promote to canary by alice\)"):
-        gate_store._decide(spark, spec, stale, action="promote", to="canary", by="bob", reason="second",
-                           forced=True, pause_batch=None, s=s)  # fmt: skip
-    assert [d["by"] for d in gate_store.read_decisions(spark, spec, s)] == ["alice"]
+    paused: list[bool] = []  # the batch DAG's pause, as the gate sets it
+    for reason in ("to canary", "to cutover"):
+        gate_store.promote(spark, spec, force=True, reason=reason, by="alice", s=s)
+    stale, version = gate_store._read_for_decision(spark, spec, s)  # what a second command read: cutover
+    gate_store.promote(spark, spec, force=True, reason="retire", by="alice", pause_batch=paused.append, s=s)
+    with pytest.raises(GateRefused, match=r"another gate command decided first \(promote to retired by alice\)"):
+        gate_store._decide(spark, spec, stale, version=version, action="promote", to="retired", by="bob",
+                           reason="second", forced=True, pause_batch=paused.append, s=s)  # fmt: skip
+    assert [d["by"] for d in gate_store.read_decisions(spark, spec, s)] == ["alice"] * 3
+    assert paused[-1] is True  # the loser leaves the batch DAG as the winner set it: paused at retired
 
     real, decided = gate_store.status, []
 
@@ -258,6 +262,6 @@ def test_two_gate_commands_at_once_decide_once_and_leave_the_latest_stage_in_sta
 
     monkeypatch.setattr(gate_store, "status", read_then_someone_decides)
     gate_store.refresh_state(spark, spec, s)
-    assert decided and decided[0]["to"] == "shadow"
+    assert decided and decided[0]["to"] == "shadow" and decided[0]["from"] == "retired"
     state = json.loads(Path(Tables.of(spec, s).gate_state()).read_text())
     assert state["stage"] == "shadow" and state["decisions"][-1]["by"] == "carol"
