@@ -123,12 +123,17 @@ def topic_refusal(topic: str, configs: dict[str, str], records: Any, now_ms: int
         return None
     alter = f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config"
     fix = lambda name: f"{alter} {name}={kafka.TOPIC_CONFIGS[name]} (as on the topics joinshift makes)"  # noqa: E731
+    if "compact" in (configs.get("cleanup.policy") or ""):
+        return (
+            f"topic {topic} is compacted (cleanup.policy={configs['cleanup.policy']}): Kafka keeps the last record "
+            "of each key, and a record's key is its join key, so it would drop events: " + fix("cleanup.policy")
+        )
     if configs.get("message.timestamp.type") == "LogAppendTime":
         return (
             f"topic {topic} stamps records with the time they are appended (message.timestamp.type="
             "LogAppendTime), so the files' arrival times would be lost: " + fix("message.timestamp.type")
         )
-    takes = int(configs.get("max.message.bytes", kafka.MAX_RECORD_BYTES))
+    takes = int(configs.get("max.message.bytes") or kafka.MAX_RECORD_BYTES)
     over = records.value[records.value.map(lambda v: RECORD_OVERHEAD + len(v or b"") > takes)]
     # the brokers weigh a row as it is sent: alone in its batch (it is over the producer's
     # batch_size), compressed as kafka-python's zstd codec does (zstandard's default level)
@@ -142,14 +147,14 @@ def topic_refusal(topic: str, configs: dict[str, str], records: Any, now_ms: int
     age = lambda ms: fmt_duration(ms / 1000)  # noqa: E731
     oldest, newest = int(records.arrival_ms.min()), int(records.arrival_ms.max())
     for name, verb in (("retention.ms", "deletes"), ("message.timestamp.before.max.ms", "refuses")):
-        limit = int(configs.get(name, -1))
+        limit = int(configs.get(name) or -1)
         if 0 <= limit < now_ms - oldest:
             return (
                 f"topic {topic} {verb} records stamped longer ago than {age(limit)} ({name}={limit}) and the "
                 f"oldest row arrived {age(now_ms - oldest)} ago, so Kafka would {verb[:-1]} rows of the import: "
                 + fix(name)
             )
-    limit = int(configs.get("message.timestamp.after.max.ms", -1))
+    limit = int(configs.get("message.timestamp.after.max.ms") or -1)
     if 0 <= limit < newest - now_ms:
         return (
             f"topic {topic} refuses records stamped more than {age(limit)} ahead of now (message.timestamp.after."
@@ -210,9 +215,5 @@ def import_files(
         if refusal:
             raise ImportRefused(refusal)
         # a batch of small rows fits the topic too: at most its limit before compression
-        batch = max(1, min(batch, int(configs.get("max.message.bytes", batch)) - RECORD_OVERHEAD))
-    producer = kafka.producer(bootstrap, batch_size=batch)
-    try:
-        return publish(records, bootstrap, progress=progress, every=max(1, len(records) // 100), producer=producer)
-    finally:
-        producer.close()
+        batch = max(1, min(batch, int(configs.get("max.message.bytes") or batch) - RECORD_OVERHEAD))
+    return publish(records, bootstrap, progress=progress, every=max(1, len(records) // 100), batch_size=batch)

@@ -29,6 +29,7 @@ TOPIC_CONFIGS: dict[str, str] = {
     "message.timestamp.before.max.ms": str(_LONG_MAX),
     "message.timestamp.after.max.ms": str(_LONG_MAX),
     "max.message.bytes": str(MAX_RECORD_BYTES),
+    "cleanup.policy": "delete",  # never compacted: a record's key is its join key, not its identity
 }
 _JAAS_ARG = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 #: Properties Spark's Kafka source sets itself and refuses as options (it would throw).

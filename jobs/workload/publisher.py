@@ -70,6 +70,7 @@ def publish(
     progress: Callable[[int, int], None] | None = None,
     every: int = 50_000,
     producer: Any = None,
+    batch_size: int | None = None,
 ) -> dict[str, int]:
     """Send every record to its topic, in arrival order, with ``timestamp_ms = arrival_ms``.
 
@@ -100,8 +101,8 @@ def publish(
         errors.append(exc)
 
     own = producer is None
-    if own:
-        producer = kafka.producer(bootstrap)
+    if own:  # batch_size: a topic of the user's own may take smaller batches than ours
+        producer = kafka.producer(bootstrap, **({"batch_size": batch_size} if batch_size else {}))
     sent, broken = 0, None
     try:
         for topic, key, value, ts, hs in zip(topics, keys, values, stamps, headers):

@@ -27,6 +27,7 @@ def test_the_topics_joinshift_makes_take_any_import():
     ("configs", "rows", "says"),
     [
         ({"message.timestamp.type": "LogAppendTime"}, _rows(NOW), "message.timestamp.type=CreateTime"),
+        ({"cleanup.policy": "compact,delete"}, _rows(NOW), "keeps the last record of each key"),
         (
             {"max.message.bytes": str(100 + RECORD_OVERHEAD - 1)},
             _rows(NOW, NOW),
@@ -53,6 +54,8 @@ def test_rows_just_inside_every_limit_pass():
     }
     assert topic_refusal("t", configs, _rows(NOW - 7 * DAY, NOW + DAY), NOW) is None
     assert topic_refusal("t", configs, _rows(), NOW) is None  # a side with no rows sends nothing
+    unknown = dict.fromkeys(TOPIC_CONFIGS)  # configs a broker did not describe
+    assert topic_refusal("t", unknown, _rows(NOW), NOW) is None
 
 
 def test_a_row_over_the_limit_that_compresses_under_it_is_sent():
