@@ -200,9 +200,9 @@ def lag(read: Offsets, ends: Offsets) -> int:
 
 
 def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float = 5) -> dict[str, int]:
-    """Per topic with unread records (``read`` < ``ends``), the record timestamp (ms) of the oldest
-    record not read yet: one consumer seeks every lagging partition and fetches its first record.
-    A topic nothing could be fetched from in ``timeout_s`` is left out (age unknown)."""
+    """Per topic with unread records (``read`` < ``ends``), the oldest record timestamp (ms) of each
+    lagging partition's first fetch from its read offset (up to 500 records: producers' clocks
+    differ, so the first need not be the oldest); a topic silent for ``timeout_s`` is left out."""
     from kafka import TopicPartition
 
     behind = [
@@ -219,7 +219,7 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
         while len(oldest) < len(behind) and time.time() < deadline:
             for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
                 if recs and tp not in oldest:
-                    oldest[tp] = recs[0].timestamp
+                    oldest[tp] = min(r.timestamp for r in recs)
                     c.pause(tp)
     return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}
 

@@ -124,6 +124,25 @@ def test_records_days_in_the_past_are_kept(broker: EmbeddedKafka) -> None:
     assert Path(st["log_file"]).stat().st_size > 0  # the broker logs to its file
 
 
+def test_the_oldest_unread_record_is_found_when_producers_clocks_disagree(broker: EmbeddedKafka) -> None:
+    """Records of producers whose clocks differ share a partition out of timestamp order: the
+    oldest unread one need not be the first (a replay's state reached back from the first)."""
+    from jobs.storage.kafka import oldest_unread
+
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, "disordered", partitions=1)
+    ts0 = int(time.time() * 1000) - THREE_DAYS_MS
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i, late_ms in enumerate((60_000, 0, 30_000, 90_000)):  # the second record is the oldest
+        producer.send("disordered", key=str(i).encode(), value=b"x", partition=0, timestamp_ms=ts0 + late_ms)
+    producer.flush()
+    producer.close()
+    ends = {"disordered": {0: 4}}
+    assert oldest_unread(bootstrap, {"disordered": {0: 0}}, ends) == {"disordered": ts0}
+    assert oldest_unread(bootstrap, {"disordered": {0: 2}}, ends) == {"disordered": ts0 + 30_000}
+    assert oldest_unread(bootstrap, {"disordered": {0: 4}}, ends) == {}  # nothing unread
+
+
 def test_restart_keeps_port_and_data(broker: EmbeddedKafka) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, "durable")
