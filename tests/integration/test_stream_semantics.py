@@ -158,11 +158,14 @@ def test_one_to_one_on_the_stream_keeps_the_first_arrived_match_like_batch(
     assert stream == {("L1", "Rb"), ("L2", "Rd"), ("L4", "Rf")}
     batch = run_batch(spark, spec, kafka, test_settings, [D20], ["batch_1d_windowed"])["batch_1d_windowed"]
     assert batch == stream
-    # this pipeline's progress log holds its own micro-batches, and the pipeline that streamed before
-    # it in this process (the test above) did not log them (its listener once logged every
-    # pipeline's query of the same name)
+    # each pipeline's progress log holds its own micro-batches only: another pipeline streamed after
+    # this one in this process, and this one's listener did not log its batches (a listener once
+    # logged every pipeline's query of the same name)
+    other = own_pipeline_spec("semantics_one_to_one_neighbour")
+    publish(kafka, other, [left("N1", "s9", at(20, "10:00"), at(20, "10:00", 5))])
+    run_stream(spark, other, kafka, test_settings)
     assert _assert_logs_its_own_batches_only(spec, test_settings) > 0
-    _assert_logs_its_own_batches_only(own_pipeline_spec("semantics_inner_long"), test_settings)
+    assert _assert_logs_its_own_batches_only(other, test_settings) > 0
 
 
 def _assert_logs_its_own_batches_only(spec, s) -> int:
