@@ -79,6 +79,8 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     #: per state operator (join, dedupe) its rows at their peak, predicted and measured (native engine)
     state_rows: dict[str, dict[str, float]] | None = None
+    #: the share of left events the prediction was made on (1: all of them)
+    sample_share: float = 1.0
 
     @property
     def diff_pp(self) -> float:
@@ -193,7 +195,7 @@ def predict_trial(
     cadence = default_cadence(spec, slice_minutes)
     window = (chosen.lower_s, chosen.upper_s)
     paced = spec.streaming.engine == Engine.paced
-    obs, rec = observe(spark, spec, days, cadence, window, s, keys=paced)
+    obs, rec = observe(spark, spec, days, cadence, window, s, keys=paced, sample=False)  # every left event
     progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
     if paced:
         grid, per_ds, _, runs = paced_grid(spec, obs, rec, cadence, [window], progress)
@@ -213,6 +215,7 @@ def predict_trial(
         "cadence_s": cadence.batch_s,
         "engine": spec.streaming.engine.value,
         "state_rows": state_rows,
+        "sample_share": obs.sample_share,
     }
     return TrialPrediction(cadence.label(), at_trial, inputs)
 
@@ -253,6 +256,9 @@ def verify(
 
     progress = read_progress(Tables.of(trial, s).progress_log(JOIN_QUERY))
     res.notes.append(_batches_note(progress, rec))
+    res.sample_share = float(rec.inputs.get("sample_share", 1.0))
+    if res.sample_share < 1:
+        res.notes.append(f"predicted on a hash sample of {res.sample_share:.0%} of the left events")
     if rec.inputs.get("state_rows"):  # per state operator: predicted at its peak, and the most the trial held
         predicted = rec.inputs["state_rows"]
         res.state_rows = {

@@ -384,7 +384,7 @@ def _run_verify(spark: Any, spec: Any, rec: Any, days: list[date], slice_minutes
     from jobs.accuracy.verify import predict_trial, verify
 
     trial = default_cadence(spec, slice_minutes).label()
-    if rec.cadence != trial:
+    if rec.cadence != trial or rec.inputs.get("sample_share", 1.0) < 1:  # the trial's prediction: every left event
         with console.status(f"predicting the chosen settings for {trial}"):
             rec = predict_trial(spark, spec, days, rec.chosen, slice_minutes)
     with console.status(f"trial: replaying {len(days)} ds as live with the chosen settings"):
