@@ -291,15 +291,16 @@ def observe(
     s=None,
     *,
     keys: bool = False,
-    sample: bool = True,
+    max_left_events: int | None = None,
 ) -> tuple[Observed, dict[str, Any]]:
     """Read the landed days once: the :class:`Observed` arrays, and per stream its records' (id, ds,
     arrival ms, event µs) for the evidence; with ``keys`` also each record's join key (the paced
     engine's prediction, :mod:`jobs.accuracy.paced_model`). Right events (and the
     watermark's history) come from every arrival ds the widest candidate window reaches, and at
-    least ``days[0] − 1 .. days[-1] + 1``, as far as they have landed. Over
-    :data:`MAX_LEFT_EVENTS` left events a hash sample of them is kept, unless not ``sample`` (one
-    candidate, held to a trial: its sampling error would eat the promise)."""
+    least ``days[0] − 1 .. days[-1] + 1``, as far as they have landed. Over ``max_left_events``
+    (default :data:`MAX_LEFT_EVENTS`) left events a hash sample of them is kept: the arrays are
+    the driver's memory (one candidate held to a trial takes a higher cap: a sample's error would
+    eat the promise)."""
     from pyspark.sql import functions as F
 
     from jobs.accuracy.lateness import batch_clock
@@ -340,7 +341,8 @@ def observe(
     clock = batch_clock(cadence, rec["left"].a, rec["left"].e, rec["right"].a, rec["right"].e)
     day_names = [str(d) for d in days]
     left = rec["left"][rec["left"].ds.isin(day_names)].reset_index(drop=True)
-    share = min(1.0, MAX_LEFT_EVENTS / len(left)) if len(left) and sample else 1.0
+    cap = MAX_LEFT_EVENTS if max_left_events is None else max_left_events
+    share = min(1.0, cap / len(left)) if len(left) else 1.0
     lsrc = landed["left"].where(F.col("ds").isin(days))
     if share < 1:
         keep = (F.abs(F.xxhash64(F.col(spec.left.id).cast("string"))) % 10_000) < int(share * 10_000)

@@ -40,6 +40,9 @@ PROMISE_PP = 0.05
 #: The trial's replay-as-live slices when ``recommend --verify`` is not given ``--slice-minutes``.
 VERIFY_SLICE_MINUTES = 30
 VERIFY_SUFFIX = "__verify"
+#: Left events the trial's prediction reads before it samples (10× the grid's: one candidate, and a
+#: sample's error, ~0.04 pp at 400 k, would eat most of the promise).
+TRIAL_MAX_LEFT_EVENTS = 4_000_000
 
 
 def verify_spec(spec: JoinSpec, lower_s: int, upper_s: int, left_delay_s: int, right_delay_s: int) -> JoinSpec:
@@ -195,7 +198,7 @@ def predict_trial(
     cadence = default_cadence(spec, slice_minutes)
     window = (chosen.lower_s, chosen.upper_s)
     paced = spec.streaming.engine == Engine.paced
-    obs, rec = observe(spark, spec, days, cadence, window, s, keys=paced, sample=False)  # every left event
+    obs, rec = observe(spark, spec, days, cadence, window, s, keys=paced, max_left_events=TRIAL_MAX_LEFT_EVENTS)
     progress = read_progress(Tables.of(spec, s).progress_log(JOIN_QUERY))
     if paced:
         grid, per_ds, _, runs = paced_grid(spec, obs, rec, cadence, [window], progress)

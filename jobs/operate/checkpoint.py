@@ -340,7 +340,11 @@ def backup_stopped(
     cp = str(path).rstrip("/")
     if not fs.is_dir(cp):
         raise CheckpointError(f"{cp}: no checkpoint to back up")
-    here = lambda p: str(Path(p).resolve()) if fs.is_local(p) else p.rstrip("/")  # noqa: E731
+
+    def here(p: str) -> str:  # one spelling of a folder: a file: URI or a relative path as its absolute path
+        local = fs.local(p)
+        return str(local.resolve()) if local is not None else p.rstrip("/")
+
     root = (s or settings()).path("checkpoints", spec.pipeline)
     if here(cp) != here(fs.join(root, fs.name(cp))) or ".bak-" in fs.name(cp):
         return backup_checkpoint(cp), None  # not a folder the pipeline's stream writes

@@ -251,7 +251,7 @@ def _decide(
         # transaction version is written already (another command decided since `st` was read) and
         # fails one that commits at the same moment as another's (its exception's class depends on
         # the Spark client: what landed is read back instead)
-        df.write.format("delta").mode("append").option("txnAppId", f"joinshift-gate-{spec.pipeline}").option(
+        df.write.format("delta").mode("append").option("txnAppId", f"joinshift-gate-decision-{spec.pipeline}").option(
             "txnVersion", version + 1
         ).save(path)
     except BaseException as exc:  # Ctrl-C included: the decision may have landed all the same
@@ -260,6 +260,8 @@ def _decide(
     try:
         decisions: list[dict[str, Any]] | None = read_decisions(spark, spec, s)
     except Exception:
+        if failure is None:  # written; only reading it back failed: the stage and the pause are this decision's
+            raise
         decisions = None
     if decisions is None or not any(all(d.get(k) == v for k, v in mine.items()) for d in decisions):
         if changes is not None:  # the batch DAG as the stage that holds now (another's, or the old one)

@@ -120,9 +120,10 @@ class StreamProcess:
         except (OSError, ValueError):
             return {}
 
-    def find(self, any_spec: bool = False) -> bool:
-        """Adopt the process a previous supervisor started (pid file), if it still runs (started
-        with this spec file, or with ``any_spec`` any: the pipeline's stream all the same)."""
+    def find(self, any_spec: bool = True) -> bool:
+        """Adopt the process a previous supervisor started (pid file), if it still runs: the pid
+        file is the pipeline's, so whatever spec file started it (Airflow's path, the CLI's), unless
+        not ``any_spec``."""
         rec = self._record()
         pid = rec.get("pid")
         if _is_stream_process(pid, None if any_spec else self.spec_path):
@@ -147,7 +148,7 @@ class StreamProcess:
         if self.alive():
             return self.pid  # type: ignore[return-value]
         with self._spawning():
-            if self.find(any_spec=True):  # a second stream on the checkpoint would only be refused
+            if self.find():  # a second stream on the checkpoint would only be refused
                 self.adopted = True
                 log.info("stream process %s of %s was started by another supervisor", self.pid, self.spec.pipeline)
                 return self.pid  # type: ignore[return-value]

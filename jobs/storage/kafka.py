@@ -218,8 +218,8 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
         deadline = time.time() + timeout_s
         while len(oldest) < len(behind) and time.time() < deadline:
             for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
-                if recs and tp not in oldest:
-                    oldest[tp] = min(r.timestamp for r in recs)
+                if recs and tp not in oldest and (stamps := [r.timestamp for r in recs if r.timestamp >= 0]):
+                    oldest[tp] = min(stamps)  # -1: a record without a timestamp (an old format) says nothing
                     c.pause(tp)
     return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}
 

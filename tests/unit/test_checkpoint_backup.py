@@ -65,6 +65,9 @@ def test_a_backup_waits_for_no_stream_stopping_a_running_one_only_when_asked(tmp
         with pytest.raises(CheckpointBusy, match=r"is writing the checkpoint.*pass --stop"):
             backup_stopped(spec, cp, s)
         assert pid_alive(stream.pid) and not list(cp.parent.glob("*.bak-*"))
+        as_uri = dataclasses.replace(s, storage_root=f"file://{tmp_path}")  # the same folder, spelt otherwise
+        with pytest.raises(CheckpointBusy, match="is writing the checkpoint"):
+            backup_stopped(spec, cp, as_uri)
         assert current_hold(spec, s) is None
 
         target, stopped = backup_stopped(spec, cp, s, stop=True)
