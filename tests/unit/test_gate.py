@@ -216,14 +216,14 @@ def test_a_decision_that_cannot_be_recorded_leaves_the_batch_dag_as_it_was(spark
 
     s = dataclasses.replace(test_settings, storage_root=str(tmp_path))
     spec = demo_spec.model_copy(update={"pipeline": "gate_unrecorded"})
-    st = gate_store.status(spark, spec, s)
+    st, version = gate_store._read_for_decision(spark, spec, s)
     table = Path(Tables.of(spec, s).gate_decisions.removeprefix("file:"))
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("a file where the decisions table goes: the append fails")
     calls: list[bool] = []
     with pytest.raises(Exception, match=str(table.name)):
         gate_store._decide(
-            spark, spec, st, action="promote", to="retired", by="t", reason="r", forced=True,
+            spark, spec, st, version=version, action="promote", to="retired", by="t", reason="r", forced=True,
             pause_batch=calls.append, s=s,
         )  # fmt: skip
     assert calls == [True, False]  # paused, then put back
