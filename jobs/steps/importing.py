@@ -137,7 +137,8 @@ def topic_refusal(topic: str, configs: dict[str, str], records: Any, now_ms: int
     over = records.value[records.value.map(lambda v: RECORD_OVERHEAD + len(v or b"") > takes)]
     # the brokers weigh a row as it is sent: alone in its batch (it is over the producer's
     # batch_size), compressed as kafka-python's zstd codec does (zstandard's default level)
-    needs = over.map(lambda v: RECORD_OVERHEAD + len(zstandard.ZstdCompressor().compress(v)))
+    zstd = zstandard.ZstdCompressor()  # one compressor for every row over the limit
+    needs = over.map(lambda v: RECORD_OVERHEAD + len(zstd.compress(v)))
     if (needs > takes).any():
         return (
             f"{int((needs > takes).sum())} rows are larger than topic {topic} takes, compressed (max.message.bytes="
