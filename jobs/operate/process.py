@@ -30,13 +30,13 @@ from jobs.storage.processes import cmdline, describe, pid_alive, process_tree, w
 
 log = logging.getLogger("joinshift.supervisor")
 
-#: What identifies a stream process on its command line (with its spec path).
+#: What identifies a stream process on its command line.
 STREAM_COMMAND = ("-m", "jobs.cli", "stream")
 
 
-def _is_stream_process(pid: int | None, spec_path: str | None = None) -> bool:
+def _is_stream_process(pid: int | None) -> bool:
     cmd = cmdline(pid) if isinstance(pid, int) and pid_alive(pid) else ""
-    return " ".join(STREAM_COMMAND) in cmd and (spec_path is None or spec_path in cmd)
+    return " ".join(STREAM_COMMAND) in cmd
 
 
 def _stamp() -> str:
@@ -120,13 +120,12 @@ class StreamProcess:
         except (OSError, ValueError):
             return {}
 
-    def find(self, any_spec: bool = True) -> bool:
+    def find(self) -> bool:
         """Adopt the process a previous supervisor started (pid file), if it still runs: the pid
-        file is the pipeline's, so whatever spec file started it (Airflow's path, the CLI's), unless
-        not ``any_spec``."""
+        file is the pipeline's, so whatever spec file started it (Airflow's path, the CLI's)."""
         rec = self._record()
         pid = rec.get("pid")
-        if _is_stream_process(pid, None if any_spec else self.spec_path):
+        if _is_stream_process(pid):
             self.pid, self.started_at = pid, rec.get("started_at")
             return True
         return False

@@ -176,8 +176,8 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         def command(self):
             return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
 
-        def find(self, any_spec=True):
-            found = super().find(any_spec)
+        def find(self):
+            found = super().find()
             if not self.looked:  # the supervisor's own look: wait until the other has looked too
                 self.looked = True
                 both_looked.wait()
