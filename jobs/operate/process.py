@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -139,6 +140,26 @@ class StreamProcess:
         with open(self.dir / "spawn.lock", "a") as lock:  # not stream.lock: the running stream holds that
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
+
+    def claim_restart(self, backoff_s: float) -> bool:
+        """Whether this supervisor restarts the process the pid file names, which exited or stalled:
+        of two supervisors that saw it fail (a CLI watch and a sensor's poke), the first to ask
+        alerts and restarts it, the other leaves it to that one and adopts what it starts. A claim is
+        a process's and thread's (a sensor's pokes in one worker are one claimant); it ends with its
+        claimant's process, or a minute after its backoff (a claimant that hung)."""
+        claim_file, me = self.dir / "restart.claim", [os.getpid(), threading.get_ident()]
+        with self._spawning():
+            rec = self._record()
+            failed = [rec.get("pid"), rec.get("started_at")]
+            try:
+                claim = json.loads(claim_file.read_text())
+            except (OSError, ValueError):
+                claim = {}
+            by = claim.get("by") or [None, None]
+            if claim.get("of") == failed and by != me and pid_alive(by[0]) and time.time() < claim.get("until", 0):
+                return False
+            claim_file.write_text(json.dumps({"of": failed, "by": me, "until": time.time() + backoff_s + 60}))
+            return True
 
     def start(self) -> int:
         """Start the process, or adopt the one another supervisor started since this one looked

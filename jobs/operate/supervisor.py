@@ -205,6 +205,9 @@ class Supervisor:
             report.alerts.append({"kind": "refused", "message": msg})
             self.alert("refused", msg)
             return False
+        if not proc.claim_restart(wait):  # another supervisor saw it fail first: its alert and restart
+            log.info("%s: another supervisor is restarting the stream (%s)", spec.pipeline, reason)
+            return True
         self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
         if h.state == "stalled":
             proc.stop(timeout=10)

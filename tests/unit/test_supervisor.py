@@ -205,6 +205,58 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         stop_stream_process(spec, s)
 
 
+def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_path, demo_spec):
+    """A CLI watch and a sensor's poke that both see the stream exited: one says "restarting in Ns"
+    and restarts it; the other says nothing and adopts the process, rather than a second alert for
+    one failure (and a restart it does not make)."""
+    import dataclasses
+    import sys
+    import threading
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.supervisor import Supervisor
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+    from jobs.storage.processes import pid_alive
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "failed-once"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+    both_decided = threading.Barrier(2, timeout=20)
+
+    class Sleeper(StreamProcess):
+        def command(self):
+            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
+
+        def claim_restart(self, backoff_s):
+            both_decided.wait()  # both saw it exited and are about to restart it
+            return super().claim_restart(backoff_s)
+
+    first = Sleeper(path, spec, s)
+    first.start()
+    first.stop(timeout=5)  # the stream exits
+    assert not first.alive()
+    alerts: list[tuple[str, str]] = []
+    opts = {"spec_path": path, "bootstrap": "127.0.0.1:1", "backoff_s": [1], "on_alert": lambda *a: alerts.append(a)}
+    sups = [Supervisor(spec, s, process=Sleeper(path, spec, s), **opts) for _ in range(2)]
+    try:
+        threads = [threading.Thread(target=sup.check) for sup in sups]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert [kind for kind, _ in alerts] == ["restart"], alerts
+        assert sorted(len(sup.report.restarts) for sup in sups) == [0, 1]
+        for sup in sups:
+            sup.check()  # the one that left it adopts what the other started
+        pids = {sup.proc.pid for sup in sups}
+        assert len(pids) == 1 and pid_alive(pids.pop()) and len(alerts) == 1
+    finally:
+        for sup in sups:
+            sup.proc.stop(timeout=5)
+        stop_stream_process(spec, s)
+
+
 def test_starting_while_another_process_owns_the_checkpoint_does_not_wait_for_it(tmp_path, demo_spec):
     """The spawn lock is not the checkpoint owner's lock: an increment owning the checkpoint for
     minutes must not hold a supervisor's start (the stream it starts refuses, and says so)."""
