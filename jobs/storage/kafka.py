@@ -186,11 +186,8 @@ def topic_offsets(bootstrap: str) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for topic in sorted(c.topics()):
             tps = partitions(c, topic)
-            ends = c.end_offsets(tps) if tps else {}
-            out[topic] = {
-                "partitions": len(tps),
-                "end_offsets": {str(tp.partition): off for tp, off in sorted(ends.items())},
-            }
+            ends = {str(tp.partition): o for tp, o in sorted((c.end_offsets(tps) if tps else {}).items())}
+            out[topic] = {"partitions": len(tps), "end_offsets": ends}
         return out
 
 
@@ -200,26 +197,28 @@ def lag(read: Offsets, ends: Offsets) -> int:
 
 
 def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float = 5) -> dict[str, int]:
-    """Per topic with unread records (``read`` < ``ends``), the oldest record timestamp (ms) of each
-    lagging partition's first fetch from its read offset (up to 500 records: producers' clocks
-    differ, so the first need not be the oldest); a topic silent for ``timeout_s`` is left out."""
+    """Per topic with unread records (``read`` < ``ends``), the oldest record timestamp (ms) in each
+    lagging partition's first 500 unread records (producers' clocks differ: the first need not be
+    the oldest); a topic silent for ``timeout_s`` is left out."""
     from kafka import TopicPartition
 
-    behind = [
-        TopicPartition(t, p) for t, parts in ends.items() for p, end in parts.items() if end > read.get(t, {}).get(p, 0)
-    ]
-    if not behind:
+    start = lambda tp: read.get(tp.topic, {}).get(tp.partition, 0)  # noqa: E731
+    tps = [TopicPartition(t, p) for t, parts in ends.items() for p in parts]
+    todo = {tp: min(500, n) for tp in tps if (n := ends[tp.topic][tp.partition] - start(tp)) > 0}  # records to see
+    if not todo:
         return {}
     oldest: dict[Any, int] = {}
     with consumer(bootstrap, timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000)) as c:
-        c.assign(behind)
-        for tp in behind:
-            c.seek(tp, read.get(tp.topic, {}).get(tp.partition, 0))
+        c.assign(list(todo))
+        for tp in todo:
+            c.seek(tp, start(tp))
         deadline = time.time() + timeout_s
-        while len(oldest) < len(behind) and time.time() < deadline:
+        while max(todo.values()) > 0 and time.time() < deadline:  # a poll's records are shared by partitions
             for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
-                if recs and tp not in oldest and (stamps := [r.timestamp for r in recs if r.timestamp >= 0]):
-                    oldest[tp] = min(stamps)  # -1: a record without a timestamp (an old format) says nothing
+                if stamps := [r.timestamp for r in recs if r.timestamp >= 0]:  # -1: an old format's, says nothing
+                    oldest[tp] = min(stamps + [oldest.get(tp, stamps[0])])
+                todo[tp] = todo.get(tp, 0) - len(recs)
+                if todo[tp] <= 0:
                     c.pause(tp)
     return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}
 

@@ -141,6 +141,18 @@ def test_the_oldest_unread_record_is_found_when_producers_clocks_disagree(broker
     assert oldest_unread(bootstrap, {"disordered": {0: 0}}, ends) == {"disordered": ts0}
     assert oldest_unread(bootstrap, {"disordered": {0: 2}}, ends) == {"disordered": ts0 + 30_000}
     assert oldest_unread(bootstrap, {"disordered": {0: 4}}, ends) == {}  # nothing unread
+    # a poll's 500 records are shared by the lagging partitions: a partition's first share can be a
+    # few records, and the oldest comes later (each topic's is its 301st record)
+    late = {}
+    for topic in ("shared-a", "shared-b"):
+        create_topic(bootstrap, topic, partitions=1)
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        for i in range(400):
+            producer.send(topic, value=b"x", partition=0, timestamp_ms=ts0 + (0 if i == 300 else 60_000 + i))
+        producer.flush()
+        producer.close()
+        late[topic] = {0: 400}
+    assert oldest_unread(bootstrap, {}, late) == {"shared-a": ts0, "shared-b": ts0}
 
 
 def test_restart_keeps_port_and_data(broker: EmbeddedKafka) -> None:
