@@ -27,7 +27,7 @@ the left event time + upper). Measured over the left events whose outcome is fin
 publishing stops.
 
 ``--engine paced`` runs the paper's operator instead (issue 14 item 5): its **first answers**
-(revision 0 with ``--horizon``, the late corrections) against the bound upper + trigger + 1 min;
+(``first_answers`` with ``--horizon``, the late corrections) against the bound upper + trigger + 1 min;
 a left event is answered once the right stream's PT passes its window's end, so its PT percentile
 (``--pt-percentile``) is the lever. Measured over the left events of the run from ``--warmup`` on
 (the PT estimators need a few micro-batches first) that are older than the bound when the
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
-    from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, REVISION, col_name, output_latency_s
+    from jobs.join.columns import ARRIVAL_TIME, EMITTED_AT, col_name, first_answers, output_latency_s
     from jobs.local.kafka_broker import EmbeddedKafka
     from jobs.spec import Corrections, Engine
     from jobs.steps.stream import start_streaming_join
@@ -150,10 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             out = delta_io.read_table(spark, path)
             left_t = F.col(col_name("left", spec.left.event_time))
             measured = out.where(left_t >= F.lit(measured_from)).where(left_t < F.lit(final_before))
-            # answered: any row; an amended non-match's first answer was replaced by its correction
             answered = {r[0] for r in measured.select(col_name("left", spec.left.id)).distinct().collect()}
-            if REVISION in out.columns:  # the first answers' latency: a correction is a later answer
-                measured = measured.where(F.col(REVISION) == 0)
+            measured = first_answers(measured, spec)  # the first answers' latency: a correction is a later answer
             la, ra = F.col(col_name("left", ARRIVAL_TIME)), F.col(col_name("right", ARRIVAL_TIME))
             since_arrival = (F.unix_micros(F.col(EMITTED_AT)) - F.unix_micros(F.greatest(la, F.coalesce(ra, la)))) / 1e6
             rows = measured.select(

@@ -23,7 +23,7 @@ from datetime import date
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.join.columns import REVISION, col_name
+from jobs.join.columns import REVISION, col_name, first_answers
 from jobs.join.variants import FIRST_ANSWER, REFERENCE, VARIANTS, WINDOWED_VARIANTS
 from jobs.settings import Settings
 from jobs.spec import JoinSpec
@@ -193,7 +193,7 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         if variant not in waiting and delta_io.table_exists(spark, tables.output(variant))
     }
     if "stream" in outputs and REVISION in outputs["stream"].columns:  # late corrections: the first answers too
-        outputs[FIRST_ANSWER] = outputs["stream"].where(F.col(REVISION) == 0)
+        outputs[FIRST_ANSWER] = first_answers(outputs["stream"], spec)
     if not outputs:
         raise delta_io.MissingInput(
             f"no join output for pipeline {spec.pipeline} on ds {ds} yet: run joinshift batch --ds {ds} "

@@ -14,8 +14,9 @@ do not apply) and ``first_answer_rate``:
 
 * ``match_rate``: the final answers, late corrections merged in (``corrections.horizon``);
   ``first_answer_rate``: the rows as first emitted;
-* ``p99_latency_s``: of the first answers (each output row of revision 0: its micro-batch's end
-  minus its latest event time, as ``recommend --verify`` measures it);
+* ``p99_latency_s``: of the first answers (each left event's first row, a non-match a correction
+  replaced too: its micro-batch's end minus its latest event time, as ``recommend --verify``
+  measures it, :func:`jobs.join.columns.first_answers`);
 * ``memory_bytes``: the peak of the events the operator holds over the micro-batches, times the
   bytes per held event its state stored when the stream ran.
 

@@ -156,14 +156,11 @@ def measure(spark, trial: JoinSpec, source: JoinSpec, days: list[date], s=None) 
 def first_answer_latencies(out: Any, spec: JoinSpec) -> np.ndarray:
     """Output-row latencies (s) of the first answers: the one row set whose p99
     (:func:`jobs.accuracy.tradeoff.p99`) is predicted, verified and held to the latency budget.
-    The paced engine's corrections are later answers: its latency is the first answer's."""
-    from pyspark.sql import functions as F
+    The paced engine's corrections are later answers: its latency is the first answer's
+    (:func:`jobs.join.columns.first_answers`)."""
+    from jobs.join.columns import first_answers, output_latency_s
 
-    from jobs.join.columns import REVISION, output_latency_s
-
-    if REVISION in out.columns:
-        out = out.where(F.col(REVISION) == 0)
-    lat: Any = out.select(output_latency_s(spec).alias("s")).toPandas()
+    lat: Any = first_answers(out, spec).select(output_latency_s(spec).alias("s")).toPandas()
     return lat.s.to_numpy(dtype=float)
 
 

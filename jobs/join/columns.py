@@ -16,7 +16,8 @@ ARRIVAL_TIME, PARTITION, OFFSET = "_arrival_time", "_partition", "_offset"
 
 #: The stream's output only: when the row was emitted (a live or backlog run: the micro-batch's
 #: wall time; replay-as-live: the end of its slice in record time, the simulated now), so event ->
-#: output latency can be measured. Batch variants have no such column.
+#: output latency can be measured; a late correction that replaced a non-match keeps the
+#: non-match's (:func:`first_answers`). Batch variants have no such column.
 EMITTED_AT = "emitted_at"
 #: The paced engine with late corrections only: when a row amended its left event's first answer
 #: (null on a first answer); the row's ``revision`` says which correction it is (0: none).
@@ -59,6 +60,19 @@ def output_latency_s(spec: JoinSpec) -> Column:
     rt = F.col(col_name("right", spec.right.event_time))
     latest = F.greatest(lt, F.coalesce(rt, lt))
     return (F.unix_micros(F.col(EMITTED_AT)) - F.unix_micros(latest)) / 1e6
+
+
+def first_answers(out: DataFrame, spec: JoinSpec) -> DataFrame:
+    """The stream's output as first emitted. With late corrections, a row of revision 1 replaced its
+    left event's first answer, a non-match, and kept its ``emitted_at``: it is that non-match again
+    (its right columns null); later revisions are later answers, left out."""
+    if REVISION not in out.columns:
+        return out
+    right = {col_name("right", c) for c in side_columns(spec, "right")}
+    replaced = F.col(REVISION) == 1
+    return out.where(F.col(REVISION) <= 1).select(
+        *[F.when(~replaced, F.col(c)).alias(c) if c in right else F.col(c) for c in out.columns]
+    )
 
 
 def stream_output_columns(spec: JoinSpec) -> list[str]:

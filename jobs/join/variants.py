@@ -33,7 +33,7 @@ DAILY_VARIANTS = (*BATCH_VARIANTS, REFERENCE)
 #: Every output of a pipeline, in report order.
 VARIANTS = (*DAILY_VARIANTS, "stream")
 #: The stream's first answers, where late corrections amended some (``corrections.horizon``): its
-#: rows of revision 0; "stream" is then the final answer.
+#: rows as first emitted (:func:`jobs.join.columns.first_answers`); "stream" is then the final answer.
 FIRST_ANSWER = "stream_first_answer"
 #: Variants whose matches are bounded by the window (boundary deltas mean something for them).
 WINDOWED_VARIANTS = ("batch_1d_windowed", REFERENCE, "stream")

@@ -152,7 +152,8 @@ class JoinSink:
             fixes = rows.where(F.col(REVISION) > 0) if self.amends else None
             if fixes is not None and not fixes.isEmpty():
                 left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
-                delta_io.amend(fixes, self.path, left_id, right_id, REVISION)
+                # the replaced non-match's emitted_at stays: when its left event was first answered
+                delta_io.amend(fixes, self.path, left_id, right_id, REVISION, keep=[EMITTED_AT])
         finally:
             if several:
                 rows.unpersist()

@@ -158,10 +158,26 @@ def test_per_key_caps_lateness_and_validity_are_counted_exactly(
     from jobs.storage.tables import Tables
 
     table = spark.read.format("delta").load(Tables.of(spec, test_settings).output("stream"))
-    amended = table.where("left_event_id = 'AMEND'").select("right_event_id", "revision", "amended_at").collect()
-    assert sorted((r.right_event_id, r.revision) for r in amended) == [("AR1", 1), ("AR2", 2)]  # no non-match left
+    amend = table.where("left_event_id = 'AMEND'")
+    amended = sorted(amend.select("right_event_id", "revision", "emitted_at", "amended_at").collect())
+    assert [(r.right_event_id, r.revision) for r in amended] == [("AR1", 1), ("AR2", 2)]  # no non-match left
     assert all(r.amended_at is not None for r in amended)
     assert table.where("revision = 0 AND amended_at IS NOT NULL").count() == 0
+    # revision 1 kept the replaced non-match's emitted_at (its first answer, read before AR1 came at
+    # 11:30); revision 2 is a row of its own, emitted when it was amended
+    first, second = amended
+    assert first.emitted_at < first.amended_at and second.emitted_at == second.amended_at
+    from jobs.accuracy.verify import first_answer_latencies
+    from jobs.join.columns import first_answers
+
+    assert [tuple(r) for r in first_answers(amend, spec).select("right_event_id", "emitted_at").collect()] == [
+        (None, first.emitted_at)
+    ]
+    # its first answer's latency (emitted_at is the wall clock here), shorter than its correction's
+    (latency,) = first_answer_latencies(amend, spec).tolist()
+    since = "(unix_micros(amended_at) - unix_micros(left_event_time)) / 1e6"
+    (corrected,) = [r[0] for r in amend.where("revision = 1").selectExpr(since).collect()]
+    assert 0 < latency < corrected, (latency, corrected)
 
 
 def test_a_crash_after_the_delta_write_then_a_restart_leaves_the_output_equal(
