@@ -136,6 +136,21 @@ def test_two_files_of_your_own_reach_the_comparison_and_the_recommendation(
     assert own_rates["stream"]["left_events"] == len(day0)
     assert own_rates["reference"]["left_events"] == len(own)
     assert own_rates["reference"]["match_rate"] == pytest.approx(own.req_id.isin(set(pairs.request_id)).mean())
+    # a ds that has not landed (here: its landed rows deleted): the stream too is rated over the table,
+    # rather than the ds having no stream rate at all
+    from jobs.storage import delta_io
+
+    landed_left = tables.landed("left")
+    before = delta_io.latest_commit(landed_left)
+    delta_io.delete_where(spark, landed_left, "ds = '2026-11-20'")
+    try:
+        unlanded = {
+            m["variant"]: m for m in compare_ds(spark, load_spec(tmp_path / "rides_own.yaml"), DAYS[0], test_settings)
+        }
+    finally:
+        spark.sql(f"RESTORE TABLE {delta_io.table_ref(landed_left)} TO VERSION AS OF {before}")
+    assert unlanded["stream"]["left_events"] == len(own)
+    assert unlanded["stream"]["match_rate"] == own_rates["reference"]["match_rate"]
 
 
 def test_the_batch_side_reads_the_batch_jobs_own_tables_without_landing(spark, tmp_path, capsys):
