@@ -603,6 +603,19 @@ def test_page_in_real_airflow_ui_with_chromium(storage_root, tmp_path, request):
         ):
             assert shown[fact] == value, fact
         assert shown["last_batch_id"] != "—" and shown["pt_left"] != "—" and shown["pt_right"] != "—"
+        # the last micro-batch and its watermark as Spark's own checkpoint has them, not the product's reading
+        from datetime import UTC, datetime
+
+        from jobs.storage.progress import JOIN_QUERY
+        from jobs.storage.tables import Tables
+
+        ckpt = Path(Tables.of(spec, test_settings).checkpoint(JOIN_QUERY))
+        committed = max(int(f.name) for f in (ckpt / "commits").iterdir() if f.name.isdigit())
+        ran_with = json.loads((ckpt / "offsets" / str(committed)).read_text().splitlines()[1])
+        assert shown["last_batch_id"] == str(committed)
+        assert datetime.fromisoformat(shown["watermark"]) == datetime.fromtimestamp(
+            ran_with["batchWatermarkMs"] / 1000, UTC
+        )
         assert shown[("state_rows", "")][0] not in ("—", "0")  # the join's window state is not empty
         assert shown[("lag_records", "left")][0] == "0"  # the demo's stream read everything
         lap("stream health as the snapshot says: " + "; ".join(f"{k}={v}" for k, v in shown.items()))
