@@ -208,7 +208,7 @@ def compare_ds(spark: SparkSession, spec: JoinSpec, ds: date, s: Settings | None
         stream_left = delta_io.read_table(spark, tables.landed("left")).where(F.col("ds") == F.lit(ds))
         stream_left = None if stream_left.isEmpty() else stream_left  # not landed: the table (no rate at all else)
     if spec.left.batch_table is not None and stream_left is None:  # the stream rated over the table: its events only
-        table_ids = left.select(F.col(spec.left.id).alias(col_name("left", spec.left.id)))
+        table_ids = F.broadcast(left.select(F.col(spec.left.id).alias(col_name("left", spec.left.id))))
         for v in set(STREAM_OUTPUTS) & set(outputs):
             outputs[v] = outputs[v].join(table_ids, col_name("left", spec.left.id), "left_semi")
     pairs = matched_pairs(outputs, spec).persist()

@@ -65,7 +65,9 @@ def output_latency_s(spec: JoinSpec) -> Column:
 def first_answers(out: DataFrame, spec: JoinSpec) -> DataFrame:
     """The stream's output as first emitted. With late corrections, a row of revision 1 replaced its
     left event's first answer, a non-match, and kept its ``emitted_at``: it is that non-match again
-    (its right columns null); later revisions are later answers, left out."""
+    (its right columns null); later revisions are later answers, left out. (A revision 1 always
+    finds its non-match: both are written in the left event's ds partition, by the run that owns
+    it.)"""
     if REVISION not in out.columns:
         return out
     right = {col_name("right", c) for c in side_columns(spec, "right")}

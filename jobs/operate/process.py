@@ -156,10 +156,19 @@ class StreamProcess:
             except (OSError, ValueError):
                 claim = {}
             by = claim.get("by") or [None, None]
-            if claim.get("of") == failed and by != me and pid_alive(by[0]) and time.time() < claim.get("until", 0):
+            # no pid file: the claimant stopped the stalled process (and removed it) for its restart
+            same = claim.get("of") == failed or failed == [None, None]
+            if same and by != me and pid_alive(by[0]) and time.time() < claim.get("until", 0):
                 return False
             claim_file.write_text(json.dumps({"of": failed, "by": me, "until": time.time() + backoff_s + 60}))
             return True
+
+    def release_restart(self) -> None:
+        """Give up this supervisor's claim (its restart was abandoned): the others may restart."""
+        claim_file = self.dir / "restart.claim"
+        with self._spawning(), contextlib.suppress(OSError, ValueError):
+            if json.loads(claim_file.read_text()).get("by") == [os.getpid(), threading.get_ident()]:
+                claim_file.unlink()
 
     def start(self) -> int:
         """Start the process, or adopt the one another supervisor started since this one looked

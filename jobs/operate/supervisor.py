@@ -209,11 +209,17 @@ class Supervisor:
             log.info("%s: another supervisor is restarting the stream (%s)", spec.pipeline, reason)
             return True
         self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
-        if h.state == "stalled":
-            proc.stop(timeout=10)
-        if wait and not self._wait(wait):
-            return False
-        proc.start()
+        started = False
+        try:
+            if h.state == "stalled":
+                proc.stop(timeout=10)
+            if wait and not self._wait(wait):
+                return False
+            proc.start()
+            started = True
+        finally:
+            if not started:  # stopped during the backoff, or the start failed: another may restart it
+                proc.release_restart()
         if proc.adopted:  # another supervisor restarted it meanwhile: its restart, not this one's
             report.pid = proc.pid
             return True

@@ -152,8 +152,9 @@ class JoinSink:
             fixes = rows.where(F.col(REVISION) > 0) if self.amends else None
             if fixes is not None and not fixes.isEmpty():
                 left_id, right_id = col_name("left", self.spec.left.id), col_name("right", self.spec.right.id)
-                # the replaced non-match's emitted_at stays: when its left event was first answered
-                delta_io.amend(fixes, self.path, left_id, right_id, REVISION, keep=[EMITTED_AT])
+                # the replaced non-match's emitted_at stays (when its left event was first answered),
+                # and a re-run leaves a correction's amended_at as it was
+                delta_io.amend(fixes, self.path, left_id, right_id, REVISION, keep=[EMITTED_AT, AMENDED_AT])
         finally:
             if several:
                 rows.unpersist()

@@ -63,13 +63,22 @@ def history_sql(path: str, last_commits: int) -> str:
     return f"DESCRIBE HISTORY {table_ref(path)} LIMIT {int(last_commits)}"
 
 
-def merge_sql(path: str, source_view: str, condition: str, *, update: bool | Sequence[str], evolve_schema: bool) -> str:
+def merge_sql(
+    path: str,
+    source_view: str,
+    condition: str,
+    *,
+    update: bool | Sequence[str],
+    evolve_schema: bool,
+    keep: Sequence[str] = (),
+) -> str:
     """``MERGE`` of the view ``source_view`` (alias ``s``) into the table (alias ``t``): insert the
     rows not matched on ``condition``; with ``update``, replace the matched ones too (``True``:
-    every column; a list of columns: those only); ``evolve_schema``: columns new in the source join
-    the table."""
+    every column; the source's columns: those, a ``keep`` column only where the table's row has
+    none); ``evolve_schema``: columns new in the source join the table."""
     head = "MERGE WITH SCHEMA EVOLUTION INTO" if evolve_schema else "MERGE INTO"
-    sets = "*" if update is True else ", ".join(f"t.`{c}` = s.`{c}`" for c in update or ())
+    value = lambda c: f"COALESCE(t.`{c}`, s.`{c}`)" if c in keep else f"s.`{c}`"  # noqa: E731
+    sets = "*" if update is True else ", ".join(f"t.`{c}` = {value(c)}" for c in update or ())
     matched = f" WHEN MATCHED THEN UPDATE SET {sets}" if update else ""
     return f"{head} {table_ref(path)} t USING `{source_view}` s ON {condition}{matched} WHEN NOT MATCHED THEN INSERT *"
 
@@ -255,7 +264,8 @@ def amend(
     """Late corrections into a join output: a row of revision 1 replaces its left event's non-match
     (the row whose ``right_id`` is null), a later one is a new row; the same pair written again
     (a micro-batch re-run after a crash) replaces itself, so a re-run changes nothing. A replaced
-    row keeps its ``keep`` columns (the first answer's time)."""
+    row keeps its ``keep`` columns where it has a value (the first answer's time; a re-run's
+    correction time)."""
     spark = df.sparkSession
     cond = (
         f"t.`{left_id}` = s.`{left_id}` AND (t.`{right_id}` <=> s.`{right_id}` "
@@ -264,9 +274,8 @@ def amend(
     for col in prune:
         values = [r[0] for r in df.select(col).distinct().collect()]
         cond += f" AND t.`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
-    sets = [c for c in df.columns if c not in keep] if keep else True
     with _temp_view(df) as view:
-        spark.sql(merge_sql(path, view, cond, update=sets, evolve_schema=False))
+        spark.sql(merge_sql(path, view, cond, update=df.columns if keep else True, evolve_schema=False, keep=keep))
 
 
 def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:

@@ -198,13 +198,14 @@ def lag(read: Offsets, ends: Offsets) -> int:
 
 def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float = 5) -> dict[str, int]:
     """Per topic with unread records (``read`` < ``ends``), the oldest record timestamp (ms) in each
-    lagging partition's first 500 unread records (producers' clocks differ: the first need not be
-    the oldest); a topic silent for ``timeout_s`` is left out."""
+    lagging partition's next 500 offsets (producers' clocks differ: the first need not be the
+    oldest); a topic silent for ``timeout_s`` is left out."""
     from kafka import TopicPartition
 
     start = lambda tp: read.get(tp.topic, {}).get(tp.partition, 0)  # noqa: E731
     tps = [TopicPartition(t, p) for t, parts in ends.items() for p in parts]
-    todo = {tp: min(500, n) for tp in tps if (n := ends[tp.topic][tp.partition] - start(tp)) > 0}  # records to see
+    # read to here: offsets, not records (transaction markers take offsets too)
+    todo = {tp: min(start(tp) + 500, end) for tp in tps if (end := ends[tp.topic][tp.partition]) > start(tp)}
     if not todo:
         return {}
     oldest: dict[Any, int] = {}
@@ -213,13 +214,13 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
         for tp in todo:
             c.seek(tp, start(tp))
         deadline = time.time() + timeout_s
-        while max(todo.values()) > 0 and time.time() < deadline:  # a poll's records are shared by partitions
+        while todo and time.time() < deadline:  # a poll's records are shared by partitions
             for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
                 if stamps := [r.timestamp for r in recs if r.timestamp >= 0]:  # -1: an old format's, says nothing
                     oldest[tp] = min(stamps + [oldest.get(tp, stamps[0])])
-                todo[tp] = todo.get(tp, 0) - len(recs)
-                if todo[tp] <= 0:
-                    c.pause(tp)
+            for tp in [tp for tp, to in todo.items() if c.position(tp) >= to]:
+                del todo[tp]
+                c.pause(tp)
     return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}
 
 

@@ -181,7 +181,8 @@ def test_the_gates_p99_latency_is_the_recommendations_p99_of_first_answers(spark
     """990 rows answered after 30 s and 10 after 900 s: the recommendation predicts and verifies
     900 s (its p99, the upper empirical quantile); Spark's interpolated percentile said 38.7 s,
     so the gate passed a 60 s budget the recommendation said nothing fits. A later answer (the
-    paced engine's correction, revision 1) is not a first answer."""
+    paced engine's second correction, revision 2) is not a first answer; its first (revision 1)
+    replaced a non-match and kept its emitted_at: the non-match's latency, from the left event."""
     from datetime import UTC, datetime
 
     from tiny_spec import tiny_spec
@@ -198,9 +199,12 @@ def test_the_gates_p99_latency_is_the_recommendations_p99_of_first_answers(spark
     out = spark.createDataFrame(rows, cols)
     assert latency_p99_s(out, spec) == p99(after) == 900.0
     corrected = spark.createDataFrame(
-        [(*r, 0) for r in rows] + [(t0, t0, t0 + timedelta(hours=5), 1)] * 20, f"{cols}, {REVISION} int"
+        [(*r, 0) for r in rows] + [(t0, t0, t0 + timedelta(hours=5), 2)] * 20, f"{cols}, {REVISION} int"
     )
     assert latency_p99_s(corrected, spec) == 900.0
+    # first answered 60 s after its left event, its click read 4 h later
+    replaced = spark.createDataFrame([(t0, t0 + timedelta(hours=4), t0 + timedelta(seconds=60), 1)], corrected.schema)
+    assert latency_p99_s(replaced, spec) == 60.0
     assert latency_p99_s(out.drop(EMITTED_AT), spec) is None
 
 

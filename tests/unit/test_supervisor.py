@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jobs.operate.health import PROGRESS_SCHEMA, progress_row
 
 
@@ -205,11 +207,14 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
         stop_stream_process(spec, s)
 
 
-def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_path, demo_spec):
+@pytest.mark.parametrize("ended", ["killed", "stopped"])
+def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_path, demo_spec, ended):
     """A CLI watch and a sensor's poke that both see the stream exited: one says "restarting in Ns"
     and restarts it; the other says nothing and adopts the process, rather than a second alert for
-    one failure (and a restart it does not make)."""
+    one failure (and a restart it does not make). Killed, it leaves its pid file; stopped (as a
+    supervisor stops a stalled one before its restart), none."""
     import dataclasses
+    import signal
     import sys
     import threading
 
@@ -234,8 +239,12 @@ def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_
 
     first = Sleeper(path, spec, s)
     first.start()
-    first.stop(timeout=5)  # the stream exits
-    assert not first.alive()
+    if ended == "killed":
+        first._proc.send_signal(signal.SIGKILL)
+        first._proc.wait(5)
+    else:
+        first.stop(timeout=5)
+    assert not first.alive() and first.pid_file.exists() == (ended == "killed")
     alerts: list[tuple[str, str]] = []
     opts = {"spec_path": path, "bootstrap": "127.0.0.1:1", "backoff_s": [1], "on_alert": lambda *a: alerts.append(a)}
     sups = [Supervisor(spec, s, process=Sleeper(path, spec, s), **opts) for _ in range(2)]
@@ -255,6 +264,40 @@ def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_
         for sup in sups:
             sup.proc.stop(timeout=5)
         stop_stream_process(spec, s)
+
+
+def test_a_restart_claim_holds_while_its_claimant_stops_the_stalled_process_and_ends_when_released(tmp_path, demo_spec):
+    """The claimant of a stalled stream's restart stops it first, which removes the pid file: a
+    supervisor that looks then must still leave the restart to it. A claimant that abandons its
+    restart (stopped during the backoff) releases the claim."""
+    import dataclasses
+    import json
+    import threading
+    import time
+
+    from jobs.operate.process import StreamProcess
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "stalled"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+    a, b = StreamProcess(path, spec, s), StreamProcess(path, spec, s)
+    a.dir.mkdir(parents=True, exist_ok=True)
+    a.pid_file.write_text(json.dumps({"pid": 4_000_000, "started_at": time.time()}))  # the stalled one's
+
+    def in_thread(fn):  # another supervisor: another thread of this process
+        out = []
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        t.join(10)
+        return out[0]
+
+    assert a.claim_restart(30)
+    a.pid_file.unlink()  # a's stop of the stalled process
+    assert in_thread(lambda: b.claim_restart(30)) is False
+    a.release_restart()
+    assert in_thread(lambda: b.claim_restart(30)) is True
 
 
 def test_starting_while_another_process_owns_the_checkpoint_does_not_wait_for_it(tmp_path, demo_spec):
