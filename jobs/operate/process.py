@@ -150,6 +150,8 @@ class StreamProcess:
         claim_file, me = self.dir / "restart.claim", [os.getpid(), threading.get_ident()]
         with self._spawning():
             rec = self._record()
+            if rec.get("pid") != self.pid and _is_stream_process(rec.get("pid")):
+                return False  # not the process this one saw fail: another supervisor's restart runs
             failed = [rec.get("pid"), rec.get("started_at")]
             try:
                 claim = json.loads(claim_file.read_text())
@@ -164,7 +166,8 @@ class StreamProcess:
             return True
 
     def release_restart(self) -> None:
-        """Give up this supervisor's claim (its restart was abandoned): the others may restart."""
+        """End this supervisor's claim: its restart is done (the pid file names the new process), or
+        abandoned (the others may restart it)."""
         claim_file = self.dir / "restart.claim"
         with self._spawning(), contextlib.suppress(OSError, ValueError):
             if json.loads(claim_file.read_text()).get("by") == [os.getpid(), threading.get_ident()]:

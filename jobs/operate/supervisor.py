@@ -208,18 +208,15 @@ class Supervisor:
         if not proc.claim_restart(wait):  # another supervisor saw it fail first: its alert and restart
             log.info("%s: another supervisor is restarting the stream (%s)", spec.pipeline, reason)
             return True
-        self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
-        started = False
         try:
+            self.alert("restart", f"{spec.pipeline}: restarting in {wait}s after {reason}")
             if h.state == "stalled":
                 proc.stop(timeout=10)
             if wait and not self._wait(wait):
                 return False
             proc.start()
-            started = True
-        finally:
-            if not started:  # stopped during the backoff, or the start failed: another may restart it
-                proc.release_restart()
+        finally:  # started (the pid file names it), or abandoned (stopped during the backoff, a failure)
+            proc.release_restart()
         if proc.adopted:  # another supervisor restarted it meanwhile: its restart, not this one's
             report.pid = proc.pid
             return True

@@ -204,7 +204,7 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
 
     start = lambda tp: read.get(tp.topic, {}).get(tp.partition, 0)  # noqa: E731
     tps = [TopicPartition(t, p) for t, parts in ends.items() for p in parts]
-    # read to here: offsets, not records (transaction markers take offsets too)
+    # read to here: offsets, not records (transaction markers take offsets too); a stamp -1 says nothing
     todo = {tp: min(start(tp) + 500, end) for tp in tps if (end := ends[tp.topic][tp.partition]) > start(tp)}
     if not todo:
         return {}
@@ -216,9 +216,9 @@ def oldest_unread(bootstrap: str, read: Offsets, ends: Offsets, timeout_s: float
         deadline = time.time() + timeout_s
         while todo and time.time() < deadline:  # a poll's records are shared by partitions
             for tp, recs in c.poll(timeout_ms=500, max_records=500).items():
-                if stamps := [r.timestamp for r in recs if r.timestamp >= 0]:  # -1: an old format's, says nothing
+                if stamps := [r.timestamp for r in recs if r.timestamp >= 0 and r.offset < todo.get(tp, -1)]:
                     oldest[tp] = min(stamps + [oldest.get(tp, stamps[0])])
-            for tp in [tp for tp, to in todo.items() if c.position(tp) >= to]:
+            for tp in [tp for tp, to in todo.items() if (c.position(tp, timeout_ms=500) or -1) >= to]:
                 del todo[tp]
                 c.pause(tp)
     return {t: min(ts for tp, ts in oldest.items() if tp.topic == t) for t in {tp.topic for tp in oldest}}

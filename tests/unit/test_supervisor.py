@@ -300,6 +300,47 @@ def test_a_restart_claim_holds_while_its_claimant_stops_the_stalled_process_and_
     assert in_thread(lambda: b.claim_restart(30)) is True
 
 
+def test_a_supervisor_that_saw_a_failure_another_has_restarted_since_leaves_it_and_a_stopped_one_releases(
+    tmp_path, demo_spec
+):
+    """A supervisor slow to decide (its health look took seconds) must not alert and restart once
+    the pid file names a stream another supervisor started meanwhile; and one stopped during its
+    backoff leaves no claim behind."""
+    import dataclasses
+    import sys
+    import threading
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.supervisor import Supervisor
+    from jobs.settings import Settings
+    from jobs.spec import write_spec
+
+    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
+    spec = demo_spec.model_copy(update={"pipeline": "restarted-meanwhile"})
+    path = write_spec(spec, tmp_path / "spec.yaml")
+
+    class Sleeper(StreamProcess):
+        def command(self):
+            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
+
+    slow = Sleeper(path, spec, s)
+    slow.pid = 4_000_000  # the process it saw exit
+    other = Sleeper(path, spec, s)
+    try:
+        other.start()  # another supervisor's restart
+        assert slow.claim_restart(1) is False
+        other.stop(timeout=5)
+        stop = threading.Event()
+        stop.set()
+        alerts: list = []
+        sup = Supervisor(spec, s, spec_path=path, process=Sleeper(path, spec, s), bootstrap="127.0.0.1:1",
+                         backoff_s=[30], stop=stop, on_alert=lambda *a: alerts.append(a))  # fmt: skip
+        assert sup.check() is False and [k for k, _ in alerts] == ["restart"]
+        assert not (sup.proc.dir / "restart.claim").exists()  # released: another may restart it
+    finally:
+        stop_stream_process(spec, s)
+
+
 def test_starting_while_another_process_owns_the_checkpoint_does_not_wait_for_it(tmp_path, demo_spec):
     """The spawn lock is not the checkpoint owner's lock: an increment owning the checkpoint for
     minutes must not hold a supervisor's start (the stream it starts refuses, and says so)."""
