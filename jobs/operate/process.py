@@ -145,8 +145,9 @@ class StreamProcess:
         """Whether this supervisor restarts the process the pid file names, which exited or stalled:
         of two supervisors that saw it fail (a CLI watch and a sensor's poke), the first to ask
         alerts and restarts it, the other leaves it to that one and adopts what it starts. A claim is
-        a process's and thread's (a sensor's pokes in one worker are one claimant); it ends with its
-        claimant's process, or a minute after its backoff (a claimant that hung)."""
+        a process's and thread's (a sensor's pokes in one worker are one claimant); it ends when its
+        claimant started the stream or gave up (:meth:`release_restart`), with its claimant's
+        process, or a minute after its backoff (a claimant that hung)."""
         claim_file, me = self.dir / "restart.claim", [os.getpid(), threading.get_ident()]
         with self._spawning():
             rec = self._record()
