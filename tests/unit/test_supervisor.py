@@ -114,34 +114,62 @@ if got is not None:
 """
 
 
-def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spec):
-    """A sensor's poke builds its process handle afresh (no pid): it must adopt the running
-    process by its pid file, not take it for exited and start a second one."""
+def _pipeline(tmp_path, demo_spec, name: str):
+    """Settings under ``tmp_path`` and the demo spec as pipeline ``name``, written to a file."""
     import dataclasses
-    import sys
 
-    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
-    from jobs.operate.supervisor import supervise_step
     from jobs.settings import Settings
     from jobs.spec import write_spec
-    from jobs.storage.processes import cmdline, pid_alive
 
     s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "poked"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
+    spec = demo_spec.model_copy(update={"pipeline": name})
+    return s, spec, write_spec(spec, tmp_path / "spec.yaml")
 
-    class Sleeper(StreamProcess):  # a live process standing in for the stream job
+
+def _stand_in_process():
+    """A stream process whose process is the stand-in (:data:`_STAND_IN`)."""
+    import sys
+
+    from jobs.operate.process import STREAM_COMMAND, StreamProcess
+
+    class StandIn(StreamProcess):
         def command(self):
             return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
 
+    return StandIn
+
+
+def _in_threads(*fns) -> list:
+    """Run each of ``fns`` in a thread of its own, all at once (other supervisors: other threads of
+    this process), and wait for them; their results, in order."""
+    import threading
+
+    out: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda i=i, fn=fn: out.update({i: fn()})) for i, fn in enumerate(fns)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    return [out.get(i) for i in range(len(fns))]
+
+
+def test_each_poke_adopts_the_process_an_earlier_poke_started(tmp_path, demo_spec):
+    """A sensor's poke builds its process handle afresh (no pid): it must adopt the running
+    process by its pid file, not take it for exited and start a second one."""
+    from jobs.operate.process import stop_stream_process
+    from jobs.operate.supervisor import supervise_step
+    from jobs.storage.processes import cmdline, pid_alive
+
+    s, spec, path = _pipeline(tmp_path, demo_spec, "poked")
+    sleeper = _stand_in_process()
     opts = {"spec_path": path, "watch_s": 3600, "on_alert": None, "bootstrap": "127.0.0.1:1"}
     try:
-        starter = Sleeper(path, spec, s)
+        starter = sleeper(path, spec, s)
         _, report = supervise_step(spec, s, watch="run-1", process=starter, **opts)
         first = report.pid
         assert pid_alive(first) and len(report.restarts) == 1
         for _ in range(2):
-            _, report = supervise_step(spec, s, watch="run-1", process=Sleeper(path, spec, s), **opts)
+            _, report = supervise_step(spec, s, watch="run-1", process=sleeper(path, spec, s), **opts)
         # on failure: does the first process still run, how does its command line read, who signalled it
         assert report.pid == first and len(report.restarts) == 1, (
             report.restarts,
@@ -157,26 +185,18 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
     """A CLI watch and a sensor's poke (or two pokes) that look at the same moment both find no
     stream: one starts it, the other adopts it and records no restart, rather than a second stream
     on the same checkpoint."""
-    import dataclasses
-    import sys
     import threading
 
-    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.process import stop_stream_process
     from jobs.operate.supervisor import Supervisor
-    from jobs.settings import Settings
     from jobs.spec import write_spec
     from jobs.storage.processes import cmdline, pid_alive
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "raced"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
+    s, spec, path = _pipeline(tmp_path, demo_spec, "raced")
     both_looked = threading.Barrier(2, timeout=20)
 
-    class Sleeper(StreamProcess):
+    class Sleeper(_stand_in_process()):
         looked = False
-
-        def command(self):
-            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
 
         def find(self):
             found = super().find()
@@ -187,11 +207,7 @@ def test_two_supervisors_that_both_found_no_process_start_one_between_them(tmp_p
 
     sups = [Supervisor(spec, s, spec_path=path, process=Sleeper(path, spec, s), on_alert=None) for _ in range(2)]
     try:
-        threads = [threading.Thread(target=sup.ensure_started) for sup in sups]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        _in_threads(*[sup.ensure_started for sup in sups])
         pids = {sup.proc.pid for sup in sups}
         streams = [p for p in pids if p and pid_alive(p) and str(path.resolve()) in cmdline(p)]
         assert len(pids) == 1 and len(streams) == 1, [(p, pid_alive(p), cmdline(p)) for p in pids]
@@ -213,26 +229,17 @@ def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_
     and restarts it; the other says nothing and adopts the process, rather than a second alert for
     one failure (and a restart it does not make). Killed, it leaves its pid file; stopped (as a
     supervisor stops a stalled one before its restart), none."""
-    import dataclasses
     import signal
-    import sys
     import threading
 
-    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.process import stop_stream_process
     from jobs.operate.supervisor import Supervisor
-    from jobs.settings import Settings
-    from jobs.spec import write_spec
     from jobs.storage.processes import pid_alive
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "failed-once"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
+    s, spec, path = _pipeline(tmp_path, demo_spec, "failed-once")
     both_decided = threading.Barrier(2, timeout=20)
 
-    class Sleeper(StreamProcess):
-        def command(self):
-            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
-
+    class Sleeper(_stand_in_process()):
         def claim_restart(self, backoff_s):
             both_decided.wait()  # both saw it exited and are about to restart it
             return super().claim_restart(backoff_s)
@@ -249,11 +256,7 @@ def test_two_supervisors_that_saw_the_stream_fail_alert_and_restart_it_once(tmp_
     opts = {"spec_path": path, "bootstrap": "127.0.0.1:1", "backoff_s": [1], "on_alert": lambda *a: alerts.append(a)}
     sups = [Supervisor(spec, s, process=Sleeper(path, spec, s), **opts) for _ in range(2)]
     try:
-        threads = [threading.Thread(target=sup.check) for sup in sups]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        _in_threads(*[sup.check for sup in sups])
         assert [kind for kind, _ in alerts] == ["restart"], alerts
         assert sorted(len(sup.report.restarts) for sup in sups) == [0, 1]
         for sup in sups:
@@ -270,34 +273,21 @@ def test_a_restart_claim_holds_while_its_claimant_stops_the_stalled_process_and_
     """The claimant of a stalled stream's restart stops it first, which removes the pid file: a
     supervisor that looks then must still leave the restart to it. A claimant that abandons its
     restart (stopped during the backoff) releases the claim."""
-    import dataclasses
     import json
-    import threading
     import time
 
     from jobs.operate.process import StreamProcess
-    from jobs.settings import Settings
-    from jobs.spec import write_spec
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "stalled"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
+    s, spec, path = _pipeline(tmp_path, demo_spec, "stalled")
     a, b = StreamProcess(path, spec, s), StreamProcess(path, spec, s)
     a.dir.mkdir(parents=True, exist_ok=True)
     a.pid_file.write_text(json.dumps({"pid": 4_000_000, "started_at": time.time()}))  # the stalled one's
 
-    def in_thread(fn):  # another supervisor: another thread of this process
-        out = []
-        t = threading.Thread(target=lambda: out.append(fn()))
-        t.start()
-        t.join(10)
-        return out[0]
-
     assert a.claim_restart(30)
     a.pid_file.unlink()  # a's stop of the stalled process
-    assert in_thread(lambda: b.claim_restart(30)) is False
+    assert _in_threads(lambda: b.claim_restart(30))[0] is False
     a.release_restart()
-    assert in_thread(lambda: b.claim_restart(30)) is True
+    assert _in_threads(lambda: b.claim_restart(30))[0] is True
 
 
 def test_a_supervisor_that_saw_a_failure_another_has_restarted_since_leaves_it_and_a_stopped_one_releases(
@@ -306,26 +296,16 @@ def test_a_supervisor_that_saw_a_failure_another_has_restarted_since_leaves_it_a
     """A supervisor slow to decide (its health look took seconds) must not alert and restart once
     the pid file names a stream another supervisor started meanwhile; and one stopped during its
     backoff leaves no claim behind."""
-    import dataclasses
-    import sys
     import threading
 
-    from jobs.operate.process import STREAM_COMMAND, StreamProcess, stop_stream_process
+    from jobs.operate.process import stop_stream_process
     from jobs.operate.supervisor import Supervisor
-    from jobs.settings import Settings
-    from jobs.spec import write_spec
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "restarted-meanwhile"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
-
-    class Sleeper(StreamProcess):
-        def command(self):
-            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
-
-    slow = Sleeper(path, spec, s)
+    s, spec, path = _pipeline(tmp_path, demo_spec, "restarted-meanwhile")
+    sleeper = _stand_in_process()
+    slow = sleeper(path, spec, s)
     slow.pid = 4_000_000  # the process it saw exit
-    other = Sleeper(path, spec, s)
+    other = sleeper(path, spec, s)
     try:
         other.start()  # another supervisor's restart
         assert slow.claim_restart(1) is False
@@ -333,7 +313,7 @@ def test_a_supervisor_that_saw_a_failure_another_has_restarted_since_leaves_it_a
         stop = threading.Event()
         stop.set()
         alerts: list = []
-        sup = Supervisor(spec, s, spec_path=path, process=Sleeper(path, spec, s), bootstrap="127.0.0.1:1",
+        sup = Supervisor(spec, s, spec_path=path, process=sleeper(path, spec, s), bootstrap="127.0.0.1:1",
                          backoff_s=[30], stop=stop, on_alert=lambda *a: alerts.append(a))  # fmt: skip
         assert sup.check() is False and [k for k, _ in alerts] == ["restart"]
         assert not (sup.proc.dir / "restart.claim").exists()  # released: another may restart it
@@ -344,24 +324,13 @@ def test_a_supervisor_that_saw_a_failure_another_has_restarted_since_leaves_it_a
 def test_starting_while_another_process_owns_the_checkpoint_does_not_wait_for_it(tmp_path, demo_spec):
     """The spawn lock is not the checkpoint owner's lock: an increment owning the checkpoint for
     minutes must not hold a supervisor's start (the stream it starts refuses, and says so)."""
-    import dataclasses
-    import sys
     import threading
 
-    from jobs.operate.process import STREAM_COMMAND, StreamProcess
-    from jobs.settings import Settings
-    from jobs.spec import write_spec
     from jobs.storage.hold import stream_owner
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "owned"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
-
-    class Sleeper(StreamProcess):
-        def command(self):
-            return [sys.executable, "-c", _STAND_IN, *STREAM_COMMAND, "--spec", self.spec_path]
-
-    proc = Sleeper(path, spec, s)
+    s, spec, path = _pipeline(tmp_path, demo_spec, "owned")
+    sleeper = _stand_in_process()
+    proc = sleeper(path, spec, s)
     with stream_owner(spec, s, role="increment"):
         starting = threading.Thread(target=proc.start, daemon=True)
         starting.start()
@@ -447,18 +416,13 @@ time.sleep(60)
 def test_a_stop_waits_for_the_whole_process_group_and_kills_what_outlasts_its_grace(tmp_path, demo_spec):
     """The supervisor's stop sends SIGTERM to the stream process alone and waits for it and its
     JVM; a JVM still running after the grace is SIGKILLed with its group."""
-    import dataclasses
     import sys
 
     from jobs.local.chaos import wait_until
     from jobs.operate.process import STREAM_COMMAND, StreamProcess
-    from jobs.settings import Settings
-    from jobs.spec import write_spec
     from jobs.storage.processes import pid_alive
 
-    s = dataclasses.replace(Settings(), storage_root=str(tmp_path), log_dir=str(tmp_path / "logs"))
-    spec = demo_spec.model_copy(update={"pipeline": "stopped"})
-    path = write_spec(spec, tmp_path / "spec.yaml")
+    s, spec, path = _pipeline(tmp_path, demo_spec, "stopped")
 
     for how, expected in (("in-order", "stopped"), ("leaves-its-child", "killed")):
 
