@@ -40,6 +40,11 @@ def _is_stream_process(pid: int | None) -> bool:
     return " ".join(STREAM_COMMAND) in cmd
 
 
+def _claimant() -> list[int]:
+    """Who claims a restart: this process and thread (a sensor's pokes in one worker are one)."""
+    return [os.getpid(), threading.get_ident()]
+
+
 def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -102,6 +107,7 @@ class StreamProcess:
         self.dir = supervisor_dir(self.spec, self.s)
         self.pid_file = self.dir / "stream.pid"
         self.exit_file = self.dir / "stream.exit"
+        self.claim_file = self.dir / "restart.claim"  # who restarts the stream that failed (claim_restart)
         self.log_file = Path(self.s.log_dir) / f"stream_join_{self.spec.pipeline}.log"
         self._proc: subprocess.Popen | None = None
         self.pid: int | None = None
@@ -148,14 +154,14 @@ class StreamProcess:
         a process's and thread's (a sensor's pokes in one worker are one claimant); it ends when its
         claimant started the stream or gave up (:meth:`release_restart`), with its claimant's
         process, or a minute after its backoff (a claimant that hung)."""
-        claim_file, me = self.dir / "restart.claim", [os.getpid(), threading.get_ident()]
+        me = _claimant()
         with self._spawning():
             rec = self._record()
             if rec.get("pid") != self.pid and _is_stream_process(rec.get("pid")):
                 return False  # not the process this one saw fail: another supervisor's restart runs
             failed = [rec.get("pid"), rec.get("started_at")]
             try:
-                claim = json.loads(claim_file.read_text())
+                claim = json.loads(self.claim_file.read_text())
             except (OSError, ValueError):
                 claim = {}
             by = claim.get("by") or [None, None]
@@ -163,16 +169,15 @@ class StreamProcess:
             same = claim.get("of") == failed or failed == [None, None]
             if same and by != me and pid_alive(by[0]) and time.time() < claim.get("until", 0):
                 return False
-            claim_file.write_text(json.dumps({"of": failed, "by": me, "until": time.time() + backoff_s + 60}))
+            self.claim_file.write_text(json.dumps({"of": failed, "by": me, "until": time.time() + backoff_s + 60}))
             return True
 
     def release_restart(self) -> None:
         """End this supervisor's claim: its restart is done (the pid file names the new process), or
         abandoned (the others may restart it)."""
-        claim_file = self.dir / "restart.claim"
         with self._spawning(), contextlib.suppress(OSError, ValueError):
-            if json.loads(claim_file.read_text()).get("by") == [os.getpid(), threading.get_ident()]:
-                claim_file.unlink()
+            if json.loads(self.claim_file.read_text()).get("by") == _claimant():
+                self.claim_file.unlink()
 
     def start(self) -> int:
         """Start the process, or adopt the one another supervisor started since this one looked

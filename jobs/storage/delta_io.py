@@ -275,7 +275,7 @@ def amend(
         values = [r[0] for r in df.select(col).distinct().collect()]
         cond += f" AND t.`{col}` IN ({', '.join(_sql_literal(v) for v in values)})"
     with _temp_view(df) as view:
-        spark.sql(merge_sql(path, view, cond, update=df.columns if keep else True, evolve_schema=False, keep=keep))
+        spark.sql(merge_sql(path, view, cond, update=df.columns, evolve_schema=False, keep=keep))
 
 
 def upsert(df: DataFrame, path: str, keys: Sequence[str]) -> None:
